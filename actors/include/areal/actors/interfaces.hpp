@@ -1,0 +1,72 @@
+// Every actor interface of areal, and the one type-ID block that announces every
+// type they exchange. A reader learns the whole message protocol from this file.
+// Types missing from the block arrive at a remote node as empty messages (CAF
+// 0.17), so everything that crosses a node boundary is listed here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <caf/atom.hpp>
+#include <caf/io/middleman_actor.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/type_id.hpp>
+#include <caf/typed_actor.hpp>
+
+#include "areal/messages/packed.hpp"
+
+namespace areal {
+
+/// Version of the actor message protocol below. Nodes of different protocol
+/// versions refuse each other at the handshake.
+inline constexpr uint32_t protocol_version = 1;
+
+using stats_atom = caf::atom_constant<caf::atom("stats")>;
+using run_end_atom = caf::atom_constant<caf::atom("run_end")>;
+using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;
+using done_atom = caf::atom_constant<caf::atom("done")>;
+
+/// The NODE actor interface: one per process, published on the node's port;
+/// the endpoint through which nodes meet.
+using node_actor = caf::typed_actor<
+  // Handshake: a peer introduces itself; the reply is this node's own hello. A
+  // peer of another protocol or schema version, another cluster, or a name not
+  // in the topology is refused with a node_errc error that says why.
+  caf::replies_to<packed<node_hello>>::with<packed<node_hello>>,
+  // A trajectory for this node. The reply is the checksum of the bytes that
+  // arrived, so that the sender can verify the transfer.
+  caf::replies_to<packed<trajectory>>::with<uint64_t>,
+  // This node's counters.
+  caf::replies_to<stats_atom>::with<packed<node_stats>>,
+  // The controller ends the run (the text says why); the node acknowledges and stops.
+  caf::replies_to<run_end_atom, std::string>::with<bool>,
+  // Stop this node (SIGINT/SIGTERM, or an embedding application); the text says why.
+  caf::reacts_to<shutdown_atom, std::string>,
+  // Try to reach the controller node now; a node sends this to itself while it
+  // retries with backoff, and ignores it once connected or on the controller.
+  caf::reacts_to<caf::connect_atom>>;
+
+/// Errors of the node protocol.
+enum class node_errc : uint8_t {
+  /// The peer runs another protocol or schema version: run one areal build everywhere.
+  incompatible_peer = 1,
+  /// The peer belongs to another cluster (cluster.app_id differs).
+  foreign_cluster,
+  /// The peer's name is not a node of this topology, or that name is already connected.
+  unknown_peer,
+  /// No node actor answered at the address (nothing published there, or another program).
+  not_a_node,
+};
+const char* to_string(node_errc x);
+
+}  // namespace areal
+
+CAF_ERROR_CODE_ENUM(areal::node_errc, "node")
+
+CAF_BEGIN_TYPE_ID_BLOCK(areal, caf::first_custom_type_id)
+  CAF_ADD_TYPE_ID(areal, (areal::packed<areal::generation_request>))
+  CAF_ADD_TYPE_ID(areal, (areal::packed<areal::trajectory>))
+  CAF_ADD_TYPE_ID(areal, (areal::packed<areal::weight_manifest>))
+  CAF_ADD_TYPE_ID(areal, (areal::packed<areal::node_hello>))
+  CAF_ADD_TYPE_ID(areal, (areal::packed<areal::node_stats>))
+CAF_END_TYPE_ID_BLOCK(areal)

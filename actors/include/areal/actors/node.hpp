@@ -1,0 +1,56 @@
+// The node: one CAF actor system per process, one node actor in it.
+//
+// Lifecycle. Every node publishes its node actor on its port. A node that does
+// not host the controller connects to the controller node (retrying with
+// backoff until cluster.connect_timeout_s), and the two shake hands: each checks
+// the other's protocol and schema versions, cluster id and name. Then each
+// sends the other a probe trajectory and checks the acknowledged checksum. Once
+// every node of the topology has joined, the controller holds the run for
+// run.hold_s and ends it; the other nodes stop when it does. Peers are
+// monitored, so a node that dies is reported within the connection timeout.
+#pragma once
+
+#include <string>
+
+#include <caf/actor.hpp>
+#include <caf/actor_system_config.hpp>
+
+#include "areal/actors/interfaces.hpp"
+#include "areal/runtime/config.hpp"
+
+namespace areal {
+
+/// Exit codes of a node process (also in `areal --help`).
+enum node_exit : int {
+  exit_ok = 0,
+  exit_failure = 1,
+  exit_bad_input = 2,
+  exit_unreachable = 3,
+  exit_lost_controller = 4,
+  exit_refused = 5,
+};
+
+struct node_setup {
+  run_config config;
+  node_spec self;             // this node (roles possibly overridden by --role)
+  /// Receives (done_atom, int32_t exit_code, std::string why) once, when the node stops.
+  caf::actor listener;
+  uint32_t protocol = protocol_version;  // what this node claims at the handshake
+};
+
+/// Loads the middleman, announces areal's types and applies the cluster settings
+/// (application identifier, heartbeat interval, connection timeout).
+void configure_actor_system(caf::actor_system_config& cfg, const cluster_spec& cluster);
+
+/// Spawns the node actor. It connects to the controller node by itself when the
+/// topology says so; publishing it on its port is the caller's business.
+node_actor spawn_node(caf::actor_system& sys, node_setup setup);
+
+/// This node's handshake record.
+node_hello make_hello(const node_setup& setup);
+
+/// Runs a whole node process: actor system, publishing, signal handling
+/// (SIGINT/SIGTERM stop the node cleanly) and shutdown. Returns the exit code.
+int run_node(const run_config& config, const node_spec& self);
+
+}  // namespace areal

@@ -1,0 +1,118 @@
+// One node process: actor system, publishing, signals, bounded shutdown.
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+
+#include <caf/all.hpp>
+#include <caf/io/middleman.hpp>
+
+#include "areal/actors/node.hpp"
+#include "areal/runtime/log.hpp"
+
+namespace areal {
+
+namespace {
+
+// Bounds the time from "run ended" to process exit: CAF 0.17 waits for every
+// actor at shutdown, and a leaked handle or a stuck detached actor would hang
+// it forever. After the grace period the process exits with the run's code.
+class exit_watchdog {
+public:
+  explicit exit_watchdog(std::chrono::seconds grace) : grace_(grace) {}
+
+  void arm(int code) {
+    thread_ = std::thread([this, code] {
+      std::unique_lock<std::mutex> guard{mutex_};
+      if (!done_cv_.wait_for(guard, grace_, [this] { return disarmed_; })) {
+        spdlog::error("shutdown did not finish within {} s; exiting anyway", grace_.count());
+        spdlog::default_logger()->flush();
+        std::_Exit(code);
+      }
+    });
+  }
+
+  ~exit_watchdog() {
+    {
+      std::lock_guard<std::mutex> guard{mutex_};
+      disarmed_ = true;
+    }
+    done_cv_.notify_all();
+    if (thread_.joinable())
+      thread_.join();
+  }
+
+private:
+  std::chrono::seconds grace_;
+  std::mutex mutex_;
+  std::condition_variable done_cv_;
+  bool disarmed_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
+int run_node(const run_config& config, const node_spec& self_spec) {
+  // Stop signals are blocked in every thread (CAF's threads inherit this mask)
+  // and taken by one waiter thread, which asks the node to stop. SIGUSR1 only
+  // wakes the waiter when the node stopped by itself.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  exit_watchdog watchdog{std::chrono::seconds(4)};
+  int code = exit_failure;
+  {
+    caf::actor_system_config cfg;
+    configure_actor_system(cfg, config.cluster);
+    caf::actor_system sys{cfg};
+    caf::scoped_actor self{sys};
+    auto node = spawn_node(sys, node_setup{config, self_spec, caf::actor{self}});
+
+    if (self_spec.port != 0) {
+      auto port = sys.middleman().publish(node, self_spec.port, self_spec.host.c_str(), false);
+      if (!port) {
+        spdlog::error("cannot listen on {}:{}: {}. Another process may use the port: stop it, or change the port of "
+                      "node {} in {}",
+                      self_spec.host, self_spec.port, sys.render(port.error()), self_spec.name, config.source);
+        self->send_exit(node, caf::exit_reason::user_shutdown);
+        return exit_bad_input;
+      }
+      spdlog::info("listening on {}:{}", self_spec.host, *port);
+    }
+
+    std::atomic<bool> stopping{false};
+    std::thread signal_waiter([&] {
+      int sig = 0;
+      while (sigwait(&signals, &sig) == 0) {
+        if (stopping.load())
+          return;
+        if (sig == SIGUSR1)
+          continue;
+        spdlog::info("received {}; stopping the node", sig == SIGINT ? "SIGINT" : "SIGTERM");
+        caf::anon_send(node, shutdown_atom::value, std::string{sig == SIGINT ? "stopped by SIGINT" : "stopped by SIGTERM"});
+      }
+    });
+
+    self->receive([&](done_atom, int32_t exit_code, std::string&) { code = exit_code; });
+
+    stopping = true;
+    pthread_kill(signal_waiter.native_handle(), SIGUSR1);
+    signal_waiter.join();
+    watchdog.arm(code);
+    self->send_exit(node, caf::exit_reason::user_shutdown);
+    node = nullptr;
+  }  // the actor system shuts down here
+  spdlog::info("node exited with code {}", code);
+  return code;
+}
+
+}  // namespace areal

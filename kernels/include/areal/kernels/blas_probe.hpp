@@ -1,0 +1,28 @@
+// Facts about the numerical backend that every benchmark prints and every
+// efficiency figure is divided by: which BLAS library LibTorch really calls,
+// how many intra-op threads it uses, and the matrix-product rate it reaches.
+// Kept free of LibTorch headers so that callers compile fast.
+#pragma once
+
+#include <string>
+
+namespace areal::kernels {
+
+struct blas_facts {
+  std::string library;     // file of the BLAS mapped into this process, e.g. libopenblasp-r0.3.21.so
+  bool reference_blas;     // true when the slow reference BLAS is live (libopenblas0 missing)
+  int intra_op_threads;    // at::get_num_threads()
+  std::string torch_version;
+};
+
+/// Runs one small product (so that lazily loaded BLAS is mapped) and reports.
+blas_facts probe_blas();
+
+/// Rate of an n x n x n fp32 matrix product on this thread, in GFLOP/s
+/// (best of `repeats` after one warm-up).
+double measure_gemm_gflops(int n = 512, int repeats = 5);
+
+/// "BLAS libopenblas... (OpenBLAS), 1 intra-op thread, LibTorch 1.13.1".
+std::string describe(const blas_facts& facts);
+
+}  // namespace areal::kernels

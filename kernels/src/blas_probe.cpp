@@ -1,0 +1,77 @@
+#include "areal/kernels/blas_probe.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/version.h>
+
+namespace areal::kernels {
+
+namespace {
+
+// The BLAS in use is whichever shared object the dynamic linker mapped for it;
+// Debian's alternatives decide between the reference BLAS and OpenBLAS.
+std::string mapped_blas_library() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  std::string found;
+  while (std::getline(maps, line)) {
+    auto slash = line.rfind('/');
+    if (slash == std::string::npos)
+      continue;
+    auto file = line.substr(slash + 1);
+    auto is_blas = file.find("openblas") != std::string::npos || file.find("libblas") != std::string::npos
+                   || file.find("mkl") != std::string::npos || file.find("blis") != std::string::npos;
+    if (is_blas && file.find("lapack") == std::string::npos) {
+      // Prefer the real implementation over the libblas.so.3 alternative link name.
+      auto path = line.substr(line.find('/'));
+      if (found.empty() || file.find("openblas") != std::string::npos)
+        found = path;
+    }
+  }
+  return found;
+}
+
+}  // namespace
+
+blas_facts probe_blas() {
+  auto a = at::ones({64, 64});
+  auto c = at::mm(a, a);
+  (void)c;
+  blas_facts f;
+  f.library = mapped_blas_library();
+  if (f.library.empty())
+    f.library = "(none mapped: LibTorch uses its own kernels)";
+  f.reference_blas = f.library.find("openblas") == std::string::npos && f.library.find("mkl") == std::string::npos
+                     && f.library.find("blis") == std::string::npos && f.library.find("blas") != std::string::npos;
+  f.intra_op_threads = at::get_num_threads();
+  f.torch_version = TORCH_VERSION;
+  return f;
+}
+
+double measure_gemm_gflops(int n, int repeats) {
+  auto a = at::randn({n, n});
+  auto b = at::randn({n, n});
+  auto c = at::mm(a, b);  // warm-up
+  double best = 1e30;
+  for (int i = 0; i < repeats; ++i) {
+    auto start = std::chrono::steady_clock::now();
+    at::mm_out(c, a, b);
+    std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    best = std::min(best, took.count());
+  }
+  return 2.0 * n * n * static_cast<double>(n) / best / 1e9;
+}
+
+std::string describe(const blas_facts& f) {
+  std::string kind = f.reference_blas ? "REFERENCE BLAS (slow: install libopenblas0-openmp)"
+                     : f.library.find("openblas") != std::string::npos ? "OpenBLAS"
+                                                                       : "other";
+  return "BLAS " + f.library + " (" + kind + "), " + std::to_string(f.intra_op_threads) + " intra-op thread"
+         + (f.intra_op_threads == 1 ? "" : "s") + ", LibTorch " + f.torch_version;
+}
+
+}  // namespace areal::kernels

@@ -1,0 +1,24 @@
+# Work handed to a rollout worker: one sample of one prompt's group.
+@0xe476a01531fc2bde;
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("areal::wire");
+
+struct SamplingParams {
+  temperature @0 :Float32 = 1.0;   # logits are divided by this before softmax
+  topK @1 :UInt32;                 # 0: no top-k cut
+  topP @2 :Float32 = 1.0;          # 1.0: no nucleus cut
+  greedy @3 :Bool;                 # argmax instead of sampling
+  maxNewTokens @4 :UInt32 = 256;
+  stopTokens @5 :List(Int32);
+}
+
+struct GenerationRequest {
+  schemaVersion @0 :UInt32;
+  promptId @1 :UInt64;
+  groupId @2 :UInt64;
+  sampleIndex @3 :UInt32;          # position of this sample inside its group
+  promptTokens @4 :List(Int32);
+  sampling @5 :SamplingParams;
+  seed @6 :UInt64;                 # same seed + same weights -> same tokens
+  admittedVersion @7 :Int64;       # policy version when the controller admitted it
+}

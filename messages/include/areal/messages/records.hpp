@@ -1,0 +1,114 @@
+// Plain C++ forms of the records in messages/*.capnp. Actors and kernels work
+// with these; codec.hpp turns them into the Cap'n Proto bytes that travel.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace areal {
+
+/// Version of the schemas in messages/*.capnp (mirrors `schemaVersion` there).
+inline constexpr uint32_t schema_version = 1;
+
+struct sampling_params {
+  float temperature = 1.0f;
+  uint32_t top_k = 0;    // 0: off
+  float top_p = 1.0f;    // 1: off
+  bool greedy = false;
+  uint32_t max_new_tokens = 256;
+  std::vector<int32_t> stop_tokens;
+  bool operator==(const sampling_params&) const;
+};
+
+struct generation_request {
+  uint64_t prompt_id = 0;
+  uint64_t group_id = 0;
+  uint32_t sample_index = 0;
+  std::vector<int32_t> prompt_tokens;
+  sampling_params sampling;
+  uint64_t seed = 0;
+  int64_t admitted_version = 0;
+  bool operator==(const generation_request&) const;
+};
+
+enum class finish_reason : uint8_t { unfinished, stop, length, aborted };
+enum class verdict : uint8_t { unscored, correct, wrong, no_answer, timeout, error, sandbox_violation };
+
+const char* to_string(finish_reason x);
+const char* to_string(verdict x);
+
+struct trajectory_timestamps {
+  int64_t admitted_ns = 0;
+  int64_t generation_start_ns = 0;
+  int64_t generation_end_ns = 0;
+  int64_t scored_ns = 0;
+  bool operator==(const trajectory_timestamps&) const;
+};
+
+struct trajectory {
+  uint64_t prompt_id = 0;
+  uint64_t group_id = 0;
+  uint32_t sample_index = 0;
+  std::vector<int32_t> prompt_tokens;
+  std::vector<int32_t> output_tokens;
+  // One entry per output token (the codec rejects records where they differ).
+  std::vector<float> behaviour_logprobs;
+  std::vector<int64_t> token_versions;
+  finish_reason finish = finish_reason::unfinished;
+  float reward = 0.0f;
+  verdict judged = verdict::unscored;
+  std::string verdict_detail;
+  trajectory_timestamps timestamps;
+  std::string producer;
+  bool operator==(const trajectory&) const;
+};
+
+enum class dtype : uint8_t { f32, bf16, f16, i64, i32, u8 };
+const char* to_string(dtype x);
+size_t element_size(dtype x);
+
+struct tensor_entry {
+  std::string name;
+  dtype type = dtype::f32;
+  std::vector<int64_t> shape;
+  uint64_t offset = 0;  // bytes into the weight buffer
+  uint64_t byte_size() const;
+  bool operator==(const tensor_entry&) const;
+};
+
+struct weight_manifest {
+  int64_t version = 0;
+  std::vector<tensor_entry> tensors;
+  uint64_t total_bytes = 0;
+  uint64_t checksum = 0;  // XXH64, seed 0, of the whole buffer
+  bool operator==(const weight_manifest&) const;
+};
+
+struct node_hello {
+  uint32_t protocol_version = 0;
+  std::string app_id;
+  std::string node_name;
+  std::vector<std::string> roles;
+  std::string host;
+  uint16_t port = 0;
+  uint32_t pid = 0;
+  std::string hostname;
+  std::string build;
+  int64_t wall_clock_ns = 0;
+  bool operator==(const node_hello&) const;
+};
+
+struct node_stats {
+  std::string node_name;
+  int64_t uptime_ns = 0;
+  uint32_t peers_connected = 0;
+  uint32_t peers_lost = 0;
+  uint64_t trajectories_received = 0;
+  uint64_t trajectories_sent = 0;
+  uint64_t bytes_received = 0;
+  uint64_t bytes_sent = 0;
+  bool operator==(const node_stats&) const;
+};
+
+}  // namespace areal

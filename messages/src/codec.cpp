@@ -1,0 +1,417 @@
+// Record <-> Cap'n Proto conversion. Every decode runs inside one try block:
+// Cap'n Proto reports malformed input by throwing kj::Exception, which becomes
+// wire_errc::malformed; semantic checks afterwards give wire_errc::invalid_record.
+#include "areal/messages/codec.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+#include <kj/exception.h>
+#include <xxhash.h>
+#include <caf/sec.hpp>
+
+#include "common.capnp.h"
+#include "control.capnp.h"
+#include "generation.capnp.h"
+#include "trajectory.capnp.h"
+#include "weights.capnp.h"
+
+static_assert(areal::schema_version == areal::wire::SCHEMA_VERSION,
+              "records.hpp and common.capnp disagree on the schema version");
+
+namespace areal {
+
+const char* to_string(wire_errc x) {
+  switch (x) {
+    case wire_errc::malformed: return "malformed";
+    case wire_errc::schema_mismatch: return "schema_mismatch";
+    case wire_errc::invalid_record: return "invalid_record";
+    case wire_errc::too_large: return "too_large";
+  }
+  return "unknown";
+}
+
+std::string describe(const caf::error& err) {
+  if (!err)
+    return "no error";
+  auto& ctx = err.context();
+  auto category = caf::to_string(err.category());
+  if (ctx.size() == 1 && ctx.match_element<std::string>(0)) {
+    auto& detail = ctx.get_as<std::string>(0);
+    if (err.category() == caf::atom("wire"))
+      return "wire " + std::string{to_string(static_cast<wire_errc>(err.code()))} + ": " + detail;
+    return category + ": " + detail;
+  }
+  if (err.category() == caf::atom("system"))
+    return "system: " + caf::to_string(static_cast<caf::sec>(err.code()))
+           + (ctx.empty() ? std::string{} : " " + caf::to_string(ctx));
+  return caf::to_string(err);
+}
+
+uint64_t checksum(const void* data, size_t size) {
+  return XXH64(data, size, 0);
+}
+
+namespace {
+
+// -- helpers for lists ------------------------------------------------------
+
+template <class Builder, class Vec>
+void fill(Builder list, const Vec& xs) {
+  for (unsigned i = 0; i < xs.size(); ++i)
+    list.set(i, xs[i]);
+}
+
+template <class Out, class Reader>
+std::vector<Out> to_vector(Reader list) {
+  std::vector<Out> out;
+  out.reserve(list.size());
+  for (auto x : list)
+    out.push_back(static_cast<Out>(x));
+  return out;
+}
+
+std::vector<std::string> to_strings(capnp::List<capnp::Text>::Reader list) {
+  std::vector<std::string> out;
+  out.reserve(list.size());
+  for (auto x : list)
+    out.emplace_back(x.cStr(), x.size());
+  return out;
+}
+
+std::string to_std(capnp::Text::Reader x) {
+  return std::string(x.cStr(), x.size());
+}
+
+caf::expected<std::vector<char>> finish(capnp::MallocMessageBuilder& builder) {
+  auto words = capnp::messageToFlatArray(builder);
+  auto bytes = words.asBytes();
+  if (bytes.size() > max_message_bytes)
+    return caf::make_error(wire_errc::too_large,
+                           "record of " + std::to_string(bytes.size()) + " bytes exceeds the limit of "
+                             + std::to_string(max_message_bytes) + "; send bulk data through the weight transport");
+  return std::vector<char>(reinterpret_cast<const char*>(bytes.begin()),
+                           reinterpret_cast<const char*>(bytes.end()));
+}
+
+caf::error invalid(std::string what) {
+  return caf::make_error(wire_errc::invalid_record, std::move(what));
+}
+
+caf::error check_schema(const char* record, uint32_t version) {
+  if (version == schema_version)
+    return {};
+  return caf::make_error(wire_errc::schema_mismatch,
+                         std::string{record} + " written with schema version " + std::to_string(version)
+                           + ", this build reads version " + std::to_string(schema_version)
+                           + "; run the same areal build on every node");
+}
+
+// Runs `read` on the root of type Root of the message in [data, data+size).
+template <class Root, class Result, class Read>
+caf::expected<Result> read_root(const char* record, const char* data, size_t size, Read read) {
+  if (size == 0 || size % sizeof(capnp::word) != 0)
+    return caf::make_error(wire_errc::malformed, std::string{record} + ": " + std::to_string(size)
+                                                   + " bytes is not a whole number of 8-byte words");
+  if (size > max_message_bytes)
+    return caf::make_error(wire_errc::too_large, std::string{record} + ": " + std::to_string(size) + " bytes");
+  // Copy into word-aligned storage: a std::vector<char> carries no alignment guarantee
+  // that Cap'n Proto's flat reader may rely on.
+  auto words = kj::heapArray<capnp::word>(size / sizeof(capnp::word));
+  std::memcpy(words.begin(), data, size);
+  capnp::ReaderOptions options;
+  options.traversalLimitInWords = words.size() * 4 + 1024;  // bounds amplification
+  options.nestingLimit = 16;
+  try {
+    capnp::FlatArrayMessageReader reader(words.asPtr(), options);
+    if (reader.getEnd() != words.end())
+      return caf::make_error(wire_errc::malformed, std::string{record} + ": trailing bytes after the message");
+    auto root = reader.getRoot<Root>();
+    if (auto err = check_schema(record, root.getSchemaVersion()))
+      return err;
+    return read(root);
+  } catch (const kj::Exception& e) {
+    return caf::make_error(wire_errc::malformed,
+                           std::string{record} + ": " + std::string(e.getDescription().cStr()));
+  }
+}
+
+template <class Enum>
+bool enum_in_range(Enum x, Enum last) {
+  return static_cast<uint16_t>(x) <= static_cast<uint16_t>(last);
+}
+
+}  // namespace
+
+// -- generation_request -------------------------------------------------------
+
+caf::expected<std::vector<char>> encode(const generation_request& x) {
+  capnp::MallocMessageBuilder builder;
+  auto root = builder.initRoot<wire::GenerationRequest>();
+  root.setSchemaVersion(schema_version);
+  root.setPromptId(x.prompt_id);
+  root.setGroupId(x.group_id);
+  root.setSampleIndex(x.sample_index);
+  fill(root.initPromptTokens(x.prompt_tokens.size()), x.prompt_tokens);
+  auto s = root.initSampling();
+  s.setTemperature(x.sampling.temperature);
+  s.setTopK(x.sampling.top_k);
+  s.setTopP(x.sampling.top_p);
+  s.setGreedy(x.sampling.greedy);
+  s.setMaxNewTokens(x.sampling.max_new_tokens);
+  fill(s.initStopTokens(x.sampling.stop_tokens.size()), x.sampling.stop_tokens);
+  root.setSeed(x.seed);
+  root.setAdmittedVersion(x.admitted_version);
+  return finish(builder);
+}
+
+template <>
+caf::expected<generation_request> decode<generation_request>(const char* data, size_t size) {
+  return read_root<wire::GenerationRequest, generation_request>(
+    "generation_request", data, size, [](wire::GenerationRequest::Reader r) -> caf::expected<generation_request> {
+      generation_request x;
+      x.prompt_id = r.getPromptId();
+      x.group_id = r.getGroupId();
+      x.sample_index = r.getSampleIndex();
+      x.prompt_tokens = to_vector<int32_t>(r.getPromptTokens());
+      auto s = r.getSampling();
+      x.sampling.temperature = s.getTemperature();
+      x.sampling.top_k = s.getTopK();
+      x.sampling.top_p = s.getTopP();
+      x.sampling.greedy = s.getGreedy();
+      x.sampling.max_new_tokens = s.getMaxNewTokens();
+      x.sampling.stop_tokens = to_vector<int32_t>(s.getStopTokens());
+      x.seed = r.getSeed();
+      x.admitted_version = r.getAdmittedVersion();
+      if (!(x.sampling.temperature >= 0.0f))
+        return invalid("generation_request: temperature must be >= 0");
+      if (!(x.sampling.top_p > 0.0f && x.sampling.top_p <= 1.0f))
+        return invalid("generation_request: top_p must be in (0, 1]");
+      return x;
+    });
+}
+
+// -- trajectory ---------------------------------------------------------------
+
+caf::expected<std::vector<char>> encode(const trajectory& x) {
+  if (x.behaviour_logprobs.size() != x.output_tokens.size() || x.token_versions.size() != x.output_tokens.size())
+    return invalid("trajectory: " + std::to_string(x.output_tokens.size()) + " output tokens but "
+                   + std::to_string(x.behaviour_logprobs.size()) + " log-probabilities and "
+                   + std::to_string(x.token_versions.size()) + " versions; they must be equal");
+  capnp::MallocMessageBuilder builder;
+  auto root = builder.initRoot<wire::Trajectory>();
+  root.setSchemaVersion(schema_version);
+  root.setPromptId(x.prompt_id);
+  root.setGroupId(x.group_id);
+  root.setSampleIndex(x.sample_index);
+  fill(root.initPromptTokens(x.prompt_tokens.size()), x.prompt_tokens);
+  fill(root.initOutputTokens(x.output_tokens.size()), x.output_tokens);
+  fill(root.initBehaviourLogprobs(x.behaviour_logprobs.size()), x.behaviour_logprobs);
+  fill(root.initTokenVersions(x.token_versions.size()), x.token_versions);
+  root.setFinishReason(static_cast<wire::FinishReason>(x.finish));
+  root.setReward(x.reward);
+  root.setVerdict(static_cast<wire::Verdict>(x.judged));
+  root.setVerdictDetail(x.verdict_detail);
+  auto t = root.initTimestamps();
+  t.setAdmittedNs(x.timestamps.admitted_ns);
+  t.setGenerationStartNs(x.timestamps.generation_start_ns);
+  t.setGenerationEndNs(x.timestamps.generation_end_ns);
+  t.setScoredNs(x.timestamps.scored_ns);
+  root.setProducer(x.producer);
+  return finish(builder);
+}
+
+template <>
+caf::expected<trajectory> decode<trajectory>(const char* data, size_t size) {
+  return read_root<wire::Trajectory, trajectory>(
+    "trajectory", data, size, [](wire::Trajectory::Reader r) -> caf::expected<trajectory> {
+      trajectory x;
+      x.prompt_id = r.getPromptId();
+      x.group_id = r.getGroupId();
+      x.sample_index = r.getSampleIndex();
+      x.prompt_tokens = to_vector<int32_t>(r.getPromptTokens());
+      x.output_tokens = to_vector<int32_t>(r.getOutputTokens());
+      x.behaviour_logprobs = to_vector<float>(r.getBehaviourLogprobs());
+      x.token_versions = to_vector<int64_t>(r.getTokenVersions());
+      if (x.behaviour_logprobs.size() != x.output_tokens.size()
+          || x.token_versions.size() != x.output_tokens.size())
+        return invalid("trajectory: " + std::to_string(x.output_tokens.size()) + " output tokens but "
+                       + std::to_string(x.behaviour_logprobs.size()) + " log-probabilities and "
+                       + std::to_string(x.token_versions.size()) + " versions");
+      if (!enum_in_range(r.getFinishReason(), wire::FinishReason::ABORTED))
+        return invalid("trajectory: unknown finish reason " + std::to_string(static_cast<int>(r.getFinishReason())));
+      if (!enum_in_range(r.getVerdict(), wire::Verdict::SANDBOX_VIOLATION))
+        return invalid("trajectory: unknown verdict " + std::to_string(static_cast<int>(r.getVerdict())));
+      x.finish = static_cast<finish_reason>(r.getFinishReason());
+      x.reward = r.getReward();
+      x.judged = static_cast<verdict>(r.getVerdict());
+      x.verdict_detail = to_std(r.getVerdictDetail());
+      auto t = r.getTimestamps();
+      x.timestamps.admitted_ns = t.getAdmittedNs();
+      x.timestamps.generation_start_ns = t.getGenerationStartNs();
+      x.timestamps.generation_end_ns = t.getGenerationEndNs();
+      x.timestamps.scored_ns = t.getScoredNs();
+      x.producer = to_std(r.getProducer());
+      return x;
+    });
+}
+
+// -- weight_manifest ----------------------------------------------------------
+
+caf::error validate(const weight_manifest& x) {
+  std::set<std::string> names;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (auto& t : x.tensors) {
+    if (t.name.empty())
+      return invalid("weight_manifest: a tensor has an empty name");
+    if (!names.insert(t.name).second)
+      return invalid("weight_manifest: tensor '" + t.name + "' appears twice");
+    uint64_t elements = 1;
+    for (auto d : t.shape) {
+      if (d < 0)
+        return invalid("weight_manifest: tensor '" + t.name + "' has a negative dimension");
+      if (d != 0 && elements > (uint64_t{1} << 62) / static_cast<uint64_t>(d))
+        return invalid("weight_manifest: tensor '" + t.name + "' has an impossibly large shape");
+      elements *= static_cast<uint64_t>(d);
+    }
+    auto bytes = elements * element_size(t.type);
+    if (t.offset > x.total_bytes || bytes > x.total_bytes - t.offset)
+      return invalid("weight_manifest: tensor '" + t.name + "' (" + std::to_string(bytes) + " bytes at offset "
+                     + std::to_string(t.offset) + ") lies outside the " + std::to_string(x.total_bytes)
+                     + "-byte buffer");
+    if (bytes > 0)
+      ranges.emplace_back(t.offset, t.offset + bytes);
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i)
+    if (ranges[i].first < ranges[i - 1].second)
+      return invalid("weight_manifest: two tensors overlap at byte " + std::to_string(ranges[i].first));
+  return {};
+}
+
+caf::expected<std::vector<char>> encode(const weight_manifest& x) {
+  if (auto err = validate(x))
+    return err;
+  capnp::MallocMessageBuilder builder;
+  auto root = builder.initRoot<wire::WeightManifest>();
+  root.setSchemaVersion(schema_version);
+  root.setVersion(x.version);
+  auto list = root.initTensors(x.tensors.size());
+  for (unsigned i = 0; i < x.tensors.size(); ++i) {
+    auto& t = x.tensors[i];
+    auto e = list[i];
+    e.setName(t.name);
+    e.setDtype(static_cast<wire::DType>(t.type));
+    fill(e.initShape(t.shape.size()), t.shape);
+    e.setOffset(t.offset);
+  }
+  root.setTotalBytes(x.total_bytes);
+  root.setChecksum(x.checksum);
+  return finish(builder);
+}
+
+template <>
+caf::expected<weight_manifest> decode<weight_manifest>(const char* data, size_t size) {
+  return read_root<wire::WeightManifest, weight_manifest>(
+    "weight_manifest", data, size, [](wire::WeightManifest::Reader r) -> caf::expected<weight_manifest> {
+      weight_manifest x;
+      x.version = r.getVersion();
+      x.total_bytes = r.getTotalBytes();
+      x.checksum = r.getChecksum();
+      for (auto e : r.getTensors()) {
+        if (!enum_in_range(e.getDtype(), wire::DType::U8))
+          return invalid("weight_manifest: tensor '" + to_std(e.getName()) + "' has unknown dtype "
+                         + std::to_string(static_cast<int>(e.getDtype())));
+        tensor_entry t;
+        t.name = to_std(e.getName());
+        t.type = static_cast<dtype>(e.getDtype());
+        t.shape = to_vector<int64_t>(e.getShape());
+        t.offset = e.getOffset();
+        x.tensors.push_back(std::move(t));
+      }
+      if (auto err = validate(x))
+        return err;
+      return x;
+    });
+}
+
+// -- node_hello ---------------------------------------------------------------
+
+caf::expected<std::vector<char>> encode(const node_hello& x) {
+  capnp::MallocMessageBuilder builder;
+  auto root = builder.initRoot<wire::NodeHello>();
+  root.setSchemaVersion(schema_version);
+  root.setProtocolVersion(x.protocol_version);
+  root.setAppId(x.app_id);
+  root.setNodeName(x.node_name);
+  auto roles = root.initRoles(x.roles.size());
+  for (unsigned i = 0; i < x.roles.size(); ++i)
+    roles.set(i, x.roles[i]);
+  root.setHost(x.host);
+  root.setPort(x.port);
+  root.setPid(x.pid);
+  root.setHostname(x.hostname);
+  root.setBuild(x.build);
+  root.setWallClockNs(x.wall_clock_ns);
+  return finish(builder);
+}
+
+template <>
+caf::expected<node_hello> decode<node_hello>(const char* data, size_t size) {
+  return read_root<wire::NodeHello, node_hello>(
+    "node_hello", data, size, [](wire::NodeHello::Reader r) -> caf::expected<node_hello> {
+      node_hello x;
+      x.protocol_version = r.getProtocolVersion();
+      x.app_id = to_std(r.getAppId());
+      x.node_name = to_std(r.getNodeName());
+      x.roles = to_strings(r.getRoles());
+      x.host = to_std(r.getHost());
+      x.port = r.getPort();
+      x.pid = r.getPid();
+      x.hostname = to_std(r.getHostname());
+      x.build = to_std(r.getBuild());
+      x.wall_clock_ns = r.getWallClockNs();
+      if (x.node_name.empty())
+        return invalid("node_hello: empty node name");
+      return x;
+    });
+}
+
+// -- node_stats ---------------------------------------------------------------
+
+caf::expected<std::vector<char>> encode(const node_stats& x) {
+  capnp::MallocMessageBuilder builder;
+  auto root = builder.initRoot<wire::NodeStats>();
+  root.setSchemaVersion(schema_version);
+  root.setNodeName(x.node_name);
+  root.setUptimeNs(x.uptime_ns);
+  root.setPeersConnected(x.peers_connected);
+  root.setPeersLost(x.peers_lost);
+  root.setTrajectoriesReceived(x.trajectories_received);
+  root.setTrajectoriesSent(x.trajectories_sent);
+  root.setBytesReceived(x.bytes_received);
+  root.setBytesSent(x.bytes_sent);
+  return finish(builder);
+}
+
+template <>
+caf::expected<node_stats> decode<node_stats>(const char* data, size_t size) {
+  return read_root<wire::NodeStats, node_stats>(
+    "node_stats", data, size, [](wire::NodeStats::Reader r) -> caf::expected<node_stats> {
+      node_stats x;
+      x.node_name = to_std(r.getNodeName());
+      x.uptime_ns = r.getUptimeNs();
+      x.peers_connected = r.getPeersConnected();
+      x.peers_lost = r.getPeersLost();
+      x.trajectories_received = r.getTrajectoriesReceived();
+      x.trajectories_sent = r.getTrajectoriesSent();
+      x.bytes_received = r.getBytesReceived();
+      x.bytes_sent = r.getBytesSent();
+      return x;
+    });
+}
+
+}  // namespace areal

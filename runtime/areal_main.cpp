@@ -1,0 +1,76 @@
+// areal: runs one node of an areal topology (see `areal --help`).
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "areal/actors/node.hpp"
+#include "areal/kernels/blas_probe.hpp"
+#include "areal/runtime/cli.hpp"
+#include "areal/runtime/log.hpp"
+
+namespace fs = std::filesystem;
+
+int main(int argc, char** argv) {
+  auto cli = areal::parse_cli(argc, argv);
+  if (!cli.options) {
+    std::cerr << "areal: " << cli.error << "\n";
+    return areal::exit_bad_input;
+  }
+  auto& options = *cli.options;
+  if (options.help) {
+    std::cout << areal::usage();
+    return areal::exit_ok;
+  }
+  if (options.help_config) {
+    std::cout << areal::describe_config_schema();
+    return areal::exit_ok;
+  }
+  if (options.version) {
+    std::cout << "areal " << AREAL_VERSION << " (protocol " << areal::protocol_version << ", schema "
+              << areal::schema_version << ")\n";
+    return areal::exit_ok;
+  }
+
+  auto loaded = areal::load_config(options.config_path, options.overrides);
+  if (!loaded.config) {
+    for (auto& e : loaded.errors)
+      std::cerr << "areal: " << e << "\n";
+    std::cerr << "areal: " << loaded.errors.size() << " configuration error(s); nothing was started\n";
+    return areal::exit_bad_input;
+  }
+  auto& config = *loaded.config;
+  auto choice = areal::choose_node(config, options);
+  if (!choice.node) {
+    std::cerr << "areal: " << choice.error << "\n";
+    return areal::exit_bad_input;
+  }
+  auto& node = *choice.node;
+  areal::log::init(node.name, options.log_level);
+
+  // The run directory holds the resolved configuration next to the run's outputs.
+  fs::path run_dir = options.run_dir ? fs::path{*options.run_dir} : fs::path{config.run.output_dir} / config.run.name;
+  std::error_code ec;
+  fs::create_directories(run_dir, ec);
+  auto resolved = run_dir / (node.has(areal::role::controller) ? "config.toml" : "config." + node.name + ".toml");
+  std::ofstream out(resolved);
+  out << config.resolved_toml;
+  if (ec || !out) {
+    spdlog::error("cannot write {}: {}; choose a writable place with --run-dir or run.output_dir", resolved.string(),
+                  ec ? ec.message() : "write failed");
+    return areal::exit_bad_input;
+  }
+  out.close();
+
+  spdlog::info("areal {} node {} (roles {}), pid {}, run \"{}\" in {}", AREAL_VERSION, node.name, areal::join(node.roles),
+               getpid(), config.run.name, run_dir.string());
+  spdlog::info("resolved configuration written to {}", resolved.string());
+  auto facts = areal::kernels::probe_blas();
+  spdlog::info("{}", areal::kernels::describe(facts));
+  if (facts.reference_blas)
+    spdlog::warn("LibTorch runs on the reference BLAS, about 16x slower: install libopenblas0-openmp (setup.sh does)");
+
+  return areal::run_node(config, node);
+}

@@ -1,0 +1,40 @@
+// The node binary's command line.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "areal/runtime/config.hpp"
+
+namespace areal {
+
+struct cli_options {
+  std::string config_path;
+  std::optional<std::string> node;         // --node NAME
+  std::optional<std::vector<role>> roles;  // --role ROLE[,ROLE]
+  std::vector<std::string> overrides;      // --set KEY=VALUE, in order
+  std::optional<std::string> run_dir;      // --run-dir DIR
+  std::string log_level = "info";
+  bool help = false;
+  bool help_config = false;
+  bool version = false;
+};
+
+struct cli_result {
+  std::optional<cli_options> options;
+  std::string error;  // set when options is empty
+};
+
+cli_result parse_cli(int argc, const char* const* argv);
+std::string usage();
+
+/// Picks the node this process runs: --node, or the only node, or the node whose
+/// roles equal --role. Applies --role to it. Returns an error text otherwise.
+struct node_choice {
+  std::optional<node_spec> node;
+  std::string error;
+};
+node_choice choose_node(const run_config& config, const cli_options& options);
+
+}  // namespace areal

@@ -1,0 +1,74 @@
+// The run configuration and topology, loaded from TOML and validated strictly.
+// The schema (every key, its type, default, range and meaning) lives in one
+// table in config.cpp; configs/*.toml are examples of it. Errors name the file,
+// line:column and key path, and say what to do.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace areal {
+
+/// What a node runs. A single-node topology runs every role in one process.
+enum class role : uint8_t { controller, trainer, rollout, reward };
+const char* to_string(role x);
+std::optional<role> parse_role(std::string_view name);
+/// "controller,trainer" -> roles, or the unknown name in `bad`.
+std::optional<std::vector<role>> parse_roles(std::string_view comma_separated, std::string* bad = nullptr);
+std::string join(const std::vector<role>& roles);
+
+struct node_spec {
+  std::string name;
+  std::string host;
+  uint16_t port = 0;  // 0: does not listen (allowed for a single-node topology only)
+  std::vector<role> roles;
+  uint32_t compute_threads = 1;
+  bool has(role x) const;
+};
+
+struct cluster_spec {
+  std::string app_id;              // peers with another app id are refused by CAF's middleman
+  double connect_timeout_s = 30;   // how long a node retries reaching the controller node
+  uint32_t heartbeat_interval_ms = 500;
+  uint32_t connection_timeout_ms = 3000;  // a silent peer is declared lost after this
+};
+
+struct run_spec {
+  std::string name;
+  std::string output_dir;
+  uint64_t seed = 1;
+  double hold_s = 0;  // the controller keeps the run up this long once every node joined
+};
+
+struct run_config {
+  std::string source;  // the file it was read from
+  run_spec run;
+  cluster_spec cluster;
+  std::vector<node_spec> nodes;
+  /// The whole configuration with defaults filled in and overrides applied, as TOML.
+  std::string resolved_toml;
+
+  const node_spec* find_node(std::string_view name) const;
+  /// The one node that hosts the controller role.
+  const node_spec& controller_node() const;
+};
+
+struct config_result {
+  std::optional<run_config> config;  // set when errors is empty
+  std::vector<std::string> errors;   // each "file:line:column: key.path: what is wrong; what to do"
+};
+
+/// Reads, overrides and validates. `overrides` are "a.b.c=value" strings from
+/// --set; value is TOML (42, 1.5, true, "text", ["a", "b"]) or else a bare string.
+/// Array-of-table entries are addressed as nodes[0].port or nodes.NAME.port.
+config_result load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+config_result parse_config(std::string_view text, const std::string& source_name,
+                           const std::vector<std::string>& overrides = {});
+
+/// A description of every key, for `areal --help-config`.
+std::string describe_config_schema();
+
+}  // namespace areal

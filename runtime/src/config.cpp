@@ -1,0 +1,596 @@
+// Configuration loading: parse TOML, apply --set overrides, check every key
+// against the schema below, fill in defaults, then check the rules that span
+// keys (unique node names, port clashes, exactly one controller).
+#include "areal/runtime/config.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <variant>
+
+#include <toml++/toml.h>
+
+namespace areal {
+
+// -- roles --------------------------------------------------------------------
+
+namespace {
+constexpr role all_roles[] = {role::controller, role::trainer, role::rollout, role::reward};
+}
+
+const char* to_string(role x) {
+  switch (x) {
+    case role::controller: return "controller";
+    case role::trainer: return "trainer";
+    case role::rollout: return "rollout";
+    case role::reward: return "reward";
+  }
+  return "unknown";
+}
+
+std::optional<role> parse_role(std::string_view name) {
+  for (auto r : all_roles)
+    if (name == to_string(r))
+      return r;
+  return std::nullopt;
+}
+
+std::optional<std::vector<role>> parse_roles(std::string_view text, std::string* bad) {
+  std::vector<role> out;
+  while (!text.empty()) {
+    auto comma = text.find(',');
+    auto item = text.substr(0, comma);
+    auto r = parse_role(item);
+    if (!r) {
+      if (bad)
+        *bad = std::string{item};
+      return std::nullopt;
+    }
+    if (std::find(out.begin(), out.end(), *r) == out.end())
+      out.push_back(*r);
+    text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
+  }
+  if (out.empty()) {
+    if (bad)
+      *bad = "";
+    return std::nullopt;
+  }
+  return out;
+}
+
+std::string join(const std::vector<role>& roles) {
+  std::string out;
+  for (auto r : roles) {
+    if (!out.empty())
+      out += ',';
+    out += to_string(r);
+  }
+  return out;
+}
+
+bool node_spec::has(role x) const {
+  return std::find(roles.begin(), roles.end(), x) != roles.end();
+}
+
+const node_spec* run_config::find_node(std::string_view name) const {
+  for (auto& n : nodes)
+    if (n.name == name)
+      return &n;
+  return nullptr;
+}
+
+const node_spec& run_config::controller_node() const {
+  for (auto& n : nodes)
+    if (n.has(role::controller))
+      return n;
+  // Validation guarantees exactly one controller node.
+  return nodes.front();
+}
+
+// -- the schema ---------------------------------------------------------------
+
+namespace {
+
+enum class kind { boolean, integer, number, string, string_list };
+
+const char* to_string(kind k) {
+  switch (k) {
+    case kind::boolean: return "a boolean";
+    case kind::integer: return "an integer";
+    case kind::number: return "a number";
+    case kind::string: return "a string";
+    case kind::string_list: return "an array of strings";
+  }
+  return "?";
+}
+
+using default_value = std::variant<std::monostate, bool, int64_t, double, std::string, std::vector<std::string>>;
+
+struct field_spec {
+  const char* key;
+  kind type;
+  default_value fallback;  // monostate: required
+  double min = -INFINITY;
+  double max = INFINITY;
+  std::vector<std::string> one_of = {};  // for strings and string lists
+  const char* doc = "";
+  bool required() const { return std::holds_alternative<std::monostate>(fallback); }
+};
+
+struct section_spec {
+  const char* name;
+  bool array_of_tables;  // [[name]] entries
+  const char* doc;
+  std::vector<field_spec> fields;
+};
+
+const std::vector<section_spec>& schema() {
+  static const std::vector<section_spec> sections = {
+    {"run", false, "What this run is called and where its outputs go.",
+     {
+       {"name", kind::string, std::string{"areal-run"}, -INFINITY, INFINITY, {},
+        "run name; the run directory is output_dir/name"},
+       {"output_dir", kind::string, std::string{"runs"}, -INFINITY, INFINITY, {},
+        "parent directory of run directories (relative to the working directory)"},
+       {"seed", kind::integer, int64_t{1}, 0, 9.007199254740992e15, {}, "seed of every random stream"},
+       {"hold_s", kind::number, 0.0, 0, 86400, {},
+        "seconds the controller keeps the run up after every node joined"},
+     }},
+    {"cluster", false, "How the nodes find, authenticate and watch each other.",
+     {
+       {"app_id", kind::string, std::string{"areal"}, -INFINITY, INFINITY, {},
+        "cluster identifier; CAF refuses peers with another one"},
+       {"connect_timeout_s", kind::number, 30.0, 0.1, 3600, {},
+        "how long a node retries reaching the controller node before giving up"},
+       {"heartbeat_interval_ms", kind::integer, int64_t{500}, 10, 60000, {},
+        "interval of the middleman's heartbeats"},
+       {"connection_timeout_ms", kind::integer, int64_t{3000}, 100, 600000, {},
+        "a peer silent this long is declared lost (must exceed heartbeat_interval_ms)"},
+     }},
+    {"nodes", true, "One [[nodes]] entry per process of the topology.",
+     {
+       {"name", kind::string, {}, -INFINITY, INFINITY, {}, "unique node name, used by --node"},
+       {"host", kind::string, std::string{"127.0.0.1"}, -INFINITY, INFINITY, {},
+        "address the node listens on and peers connect to"},
+       {"port", kind::integer, int64_t{0}, 0, 65535, {},
+        "TCP port (0: no listening; only for a single-node topology)"},
+       {"roles", kind::string_list, {}, -INFINITY, INFINITY, {"controller", "trainer", "rollout", "reward"},
+        "what the node runs"},
+       {"compute_threads", kind::integer, int64_t{1}, 1, 1024, {}, "threads for LibTorch work on this node"},
+     }},
+  };
+  return sections;
+}
+
+// -- error reporting ----------------------------------------------------------
+
+struct context {
+  std::string source;                                 // file name
+  std::map<const toml::node*, std::string> origins;  // nodes set from the command line
+  std::vector<std::string> errors;
+
+  std::string where(const toml::node* n, const toml::source_region* region = nullptr) const {
+    if (n) {
+      auto i = origins.find(n);
+      if (i != origins.end())
+        return i->second;
+    }
+    const toml::source_region& r = region ? *region : n->source();
+    if (r.begin.line == 0)
+      return source;
+    return source + ":" + std::to_string(r.begin.line) + ":" + std::to_string(r.begin.column);
+  }
+
+  void fail(std::string location, const std::string& path, const std::string& what) {
+    errors.push_back(std::move(location) + ": " + path + ": " + what);
+  }
+};
+
+std::string type_name(const toml::node& n) {
+  switch (n.type()) {
+    case toml::node_type::table: return "a table";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a number";
+    case toml::node_type::boolean: return "a boolean";
+    default: return "a date/time";
+  }
+}
+
+std::string format_number(double x) {
+  std::ostringstream os;
+  os << x;
+  return os.str();
+}
+
+std::string list(const std::vector<std::string>& xs) {
+  std::string out;
+  for (auto& x : xs)
+    out += (out.empty() ? "" : ", ") + x;
+  return out;
+}
+
+// -- --set overrides ----------------------------------------------------------
+
+// Splits "nodes[1].port" / "nodes.worker.port" into steps.
+std::vector<std::string> split_path(std::string_view path) {
+  std::vector<std::string> steps;
+  std::string current;
+  for (char c : path) {
+    if (c == '.' || c == '[' || c == ']') {
+      if (!current.empty())
+        steps.push_back(current);
+      current.clear();
+    } else {
+      current += c;
+    }
+  }
+  if (!current.empty())
+    steps.push_back(current);
+  return steps;
+}
+
+bool all_digits(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+void apply_override(toml::table& root, const std::string& text, context& ctx) {
+  auto eq = text.find('=');
+  std::string origin = "--set " + text;
+  if (eq == std::string::npos || eq == 0) {
+    ctx.errors.push_back(origin + ": expected KEY=VALUE, e.g. --set cluster.connect_timeout_s=10");
+    return;
+  }
+  auto path = text.substr(0, eq);
+  auto value_text = text.substr(eq + 1);
+  auto steps = split_path(path);
+  // The value is TOML when it parses as such, else a bare string (--set run.name=demo).
+  toml::table parsed;
+  try {
+    parsed = toml::parse("v = " + value_text);
+  } catch (const toml::parse_error&) {
+    parsed = toml::table{{"v", value_text}};
+  }
+  if (!parsed.get("v") || parsed.size() != 1)
+    parsed = toml::table{{"v", value_text}};
+
+  toml::table* table = &root;
+  for (size_t i = 0; i + 1 < steps.size(); ++i) {
+    auto& step = steps[i];
+    auto* child = table->get(step);
+    if (!child) {
+      table->insert(step, toml::table{});
+      child = table->get(step);
+    }
+    if (auto* arr = child->as_array()) {
+      // Next step picks an entry: by index or by its `name`.
+      if (i + 2 >= steps.size()) {
+        ctx.errors.push_back(origin + ": '" + step + "' is an array of tables; name an entry and a key, e.g. "
+                             + step + "[0].KEY or " + step + ".NAME.KEY");
+        return;
+      }
+      auto& pick = steps[++i];
+      toml::table* entry = nullptr;
+      if (all_digits(pick)) {
+        auto index = std::stoul(pick);
+        if (index < arr->size())
+          entry = (*arr)[index].as_table();
+      } else {
+        for (auto& e : *arr)
+          if (auto* t = e.as_table())
+            if (auto name = (*t)["name"].value<std::string>(); name && *name == pick)
+              entry = t;
+      }
+      if (!entry) {
+        ctx.errors.push_back(origin + ": no entry '" + pick + "' in '" + step + "' (it has " + std::to_string(arr->size())
+                             + " entries; use an index from 0 or an entry's name)");
+        return;
+      }
+      table = entry;
+    } else if (auto* t = child->as_table()) {
+      table = t;
+    } else {
+      ctx.errors.push_back(origin + ": '" + step + "' is " + type_name(*child) + ", not a table");
+      return;
+    }
+  }
+  if (steps.empty()) {
+    ctx.errors.push_back(origin + ": empty key");
+    return;
+  }
+  table->insert_or_assign(steps.back(), std::move(*parsed.get("v")));
+  ctx.origins[table->get(steps.back())] = origin;
+}
+
+// -- checking one table against its fields ------------------------------------
+
+void check_table(toml::table& table, const section_spec& section, const std::string& prefix, context& ctx) {
+  for (auto&& [key, value] : table) {
+    auto known = std::any_of(section.fields.begin(), section.fields.end(),
+                             [&](const field_spec& f) { return key.str() == f.key; });
+    if (!known) {
+      std::vector<std::string> names;
+      for (auto& f : section.fields)
+        names.emplace_back(f.key);
+      ctx.fail(ctx.where(&value, &key.source()), prefix + std::string{key.str()},
+               "unknown key; the keys of [" + std::string{section.name} + "] are: " + list(names));
+    }
+  }
+  for (auto& f : section.fields) {
+    auto path = prefix + f.key;
+    auto* node = table.get(f.key);
+    if (!node) {
+      if (f.required()) {
+        ctx.fail(ctx.where(&table), path, std::string{"missing required key ("} + f.doc + "); add " + f.key + " = ...");
+        continue;
+      }
+      std::visit(
+        [&](auto& x) {
+          using T = std::decay_t<decltype(x)>;
+          if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+            toml::array arr;
+            for (auto& s : x)
+              arr.push_back(s);
+            table.insert(f.key, std::move(arr));
+          } else if constexpr (!std::is_same_v<T, std::monostate>) {
+            table.insert(f.key, x);
+          }
+        },
+        f.fallback);
+      continue;
+    }
+    auto wrong_type = [&] {
+      ctx.fail(ctx.where(node), path, std::string{"expected "} + to_string(f.type) + ", got " + type_name(*node));
+    };
+    auto check_range = [&](double x) {
+      if (x < f.min || x > f.max || std::isnan(x))
+        ctx.fail(ctx.where(node), path,
+                 "value " + format_number(x) + " is out of range; use a value in [" + format_number(f.min) + ", "
+                   + format_number(f.max) + "]");
+    };
+    auto check_choice = [&](const std::string& s, const toml::node* at) {
+      if (!f.one_of.empty() && std::find(f.one_of.begin(), f.one_of.end(), s) == f.one_of.end())
+        ctx.fail(ctx.where(at), path, "unknown value \"" + s + "\"; use one of: " + list(f.one_of));
+    };
+    switch (f.type) {
+      case kind::boolean:
+        if (!node->is_boolean())
+          wrong_type();
+        break;
+      case kind::integer:
+        if (!node->is_integer())
+          wrong_type();
+        else
+          check_range(static_cast<double>(node->as_integer()->get()));
+        break;
+      case kind::number:
+        if (node->is_integer()) {  // 30 where 30.0 is meant
+          auto x = static_cast<double>(node->as_integer()->get());
+          table.insert_or_assign(f.key, x);
+          auto origin = ctx.origins.find(node);
+          node = table.get(f.key);
+          if (origin != ctx.origins.end())
+            ctx.origins[node] = origin->second;
+        }
+        if (!node->is_floating_point())
+          wrong_type();
+        else
+          check_range(node->as_floating_point()->get());
+        break;
+      case kind::string:
+        if (!node->is_string())
+          wrong_type();
+        else if (node->as_string()->get().empty())
+          ctx.fail(ctx.where(node), path, "must not be empty");
+        else
+          check_choice(node->as_string()->get(), node);
+        break;
+      case kind::string_list:
+        if (!node->is_array()) {
+          wrong_type();
+          break;
+        }
+        if (node->as_array()->empty())
+          ctx.fail(ctx.where(node), path, "must not be empty; use one or more of: " + list(f.one_of));
+        for (auto& item : *node->as_array()) {
+          if (!item.is_string())
+            ctx.fail(ctx.where(&item), path, "expected strings only, got " + type_name(item));
+          else
+            check_choice(item.as_string()->get(), &item);
+        }
+        break;
+    }
+  }
+}
+
+// -- the rules that span keys ------------------------------------------------
+
+void check_topology(toml::table& root, context& ctx) {
+  auto* nodes = root["nodes"].as_array();
+  if (!nodes)
+    return;
+  std::map<std::string, const toml::node*> names;
+  std::map<std::string, const toml::node*> endpoints;
+  std::vector<const toml::table*> controllers;
+  for (size_t i = 0; i < nodes->size(); ++i) {
+    auto* t = (*nodes)[i].as_table();
+    if (!t)
+      continue;
+    auto prefix = "nodes[" + std::to_string(i) + "].";
+    auto name = (*t)["name"].value<std::string>();
+    if (name) {
+      auto [it, fresh] = names.emplace(*name, t->get("name"));
+      if (!fresh)
+        ctx.fail(ctx.where(t->get("name")), prefix + "name",
+                 "duplicate node name \"" + *name + "\" (first defined at " + ctx.where(it->second)
+                   + "); give every node a unique name");
+    }
+    auto host = (*t)["host"].value<std::string>();
+    auto port = (*t)["port"].value<int64_t>();
+    if (host && port && *port != 0) {
+      auto endpoint = *host + ":" + std::to_string(*port);
+      auto [it, fresh] = endpoints.emplace(endpoint, t->get("port"));
+      if (!fresh)
+        ctx.fail(ctx.where(t->get("port")), prefix + "port",
+                 "port clash: " + endpoint + " is already used by the node at " + ctx.where(it->second)
+                   + "; give each node on one host its own port");
+    }
+    if (nodes->size() > 1 && port && *port == 0)
+      ctx.fail(ctx.where(t->get("port") ? t->get("port") : t), prefix + "port",
+               "a topology of several nodes needs every node to listen; set a port in [1, 65535]");
+    if (auto* roles = (*t)["roles"].as_array()) {
+      std::set<std::string> seen;
+      for (auto& r : *roles)
+        if (auto s = r.value<std::string>()) {
+          if (!seen.insert(*s).second)
+            ctx.fail(ctx.where(&r), prefix + "roles", "role \"" + *s + "\" is listed twice");
+          if (*s == "controller")
+            controllers.push_back(t);
+        }
+    }
+  }
+  if (controllers.size() != 1 && ctx.errors.empty()) {
+    std::string where = controllers.size() > 1 ? ctx.where(controllers[1]) : ctx.where(nodes);
+    ctx.fail(where, "nodes",
+             std::to_string(controllers.size())
+               + " nodes have the role \"controller\"; exactly one node must host the controller");
+  }
+  auto heartbeat = root["cluster"]["heartbeat_interval_ms"].value<int64_t>();
+  auto timeout = root["cluster"]["connection_timeout_ms"].value<int64_t>();
+  if (heartbeat && timeout && *timeout <= *heartbeat)
+    ctx.fail(ctx.where(root["cluster"]["connection_timeout_ms"].node()), "cluster.connection_timeout_ms",
+             "must exceed cluster.heartbeat_interval_ms (" + std::to_string(*heartbeat)
+               + "), or every peer is declared lost between two heartbeats");
+}
+
+run_config extract(const toml::table& root, const std::string& source) {
+  run_config c;
+  c.source = source;
+  auto run = root["run"];
+  c.run.name = run["name"].value_or(std::string{});
+  c.run.output_dir = run["output_dir"].value_or(std::string{});
+  c.run.seed = static_cast<uint64_t>(run["seed"].value_or(int64_t{0}));
+  c.run.hold_s = run["hold_s"].value_or(0.0);
+  auto cluster = root["cluster"];
+  c.cluster.app_id = cluster["app_id"].value_or(std::string{});
+  c.cluster.connect_timeout_s = cluster["connect_timeout_s"].value_or(0.0);
+  c.cluster.heartbeat_interval_ms = static_cast<uint32_t>(cluster["heartbeat_interval_ms"].value_or(int64_t{0}));
+  c.cluster.connection_timeout_ms = static_cast<uint32_t>(cluster["connection_timeout_ms"].value_or(int64_t{0}));
+  for (auto& entry : *root["nodes"].as_array()) {
+    auto& t = *entry.as_table();
+    node_spec n;
+    n.name = t["name"].value_or(std::string{});
+    n.host = t["host"].value_or(std::string{});
+    n.port = static_cast<uint16_t>(t["port"].value_or(int64_t{0}));
+    for (auto& r : *t["roles"].as_array())
+      n.roles.push_back(*parse_role(r.value_or(std::string{})));
+    n.compute_threads = static_cast<uint32_t>(t["compute_threads"].value_or(int64_t{1}));
+    c.nodes.push_back(std::move(n));
+  }
+  std::ostringstream os;
+  os << "# Resolved configuration of run \"" << c.run.name << "\": read from " << source
+     << ", overrides applied, defaults filled in.\n"
+     << root << "\n";
+  c.resolved_toml = os.str();
+  return c;
+}
+
+config_result validate(toml::table root, const std::string& source, const std::vector<std::string>& overrides) {
+  context ctx;
+  ctx.source = source;
+  for (auto& o : overrides)
+    apply_override(root, o, ctx);
+  if (!ctx.errors.empty())
+    return {std::nullopt, ctx.errors};
+  for (auto&& [key, value] : root) {
+    auto& sections = schema();
+    if (std::none_of(sections.begin(), sections.end(), [&](auto& s) { return key.str() == s.name; })) {
+      std::vector<std::string> names;
+      for (auto& s : sections)
+        names.emplace_back(s.name);
+      ctx.fail(ctx.where(&value, &key.source()), std::string{key.str()},
+               "unknown section; the sections are: " + list(names));
+    }
+  }
+  for (auto& section : schema()) {
+    std::string name = section.name;
+    if (!section.array_of_tables) {
+      if (!root.get(name))
+        root.insert(name, toml::table{});
+      auto* table = root[name].as_table();
+      if (!table) {
+        ctx.fail(ctx.where(root.get(name)), name, "expected a table [" + name + "], got " + type_name(*root.get(name)));
+        continue;
+      }
+      check_table(*table, section, name + ".", ctx);
+      continue;
+    }
+    auto* node = root.get(name);
+    if (!node) {
+      ctx.fail(source, name, "missing; add at least one [[" + name + "]] entry (" + section.doc + ")");
+      continue;
+    }
+    auto* arr = node->as_array();
+    if (!arr || !arr->is_array_of_tables() || arr->empty()) {
+      ctx.fail(ctx.where(node), name, "expected one or more [[" + name + "]] tables, got " + type_name(*node));
+      continue;
+    }
+    for (size_t i = 0; i < arr->size(); ++i)
+      check_table(*(*arr)[i].as_table(), section, name + "[" + std::to_string(i) + "].", ctx);
+  }
+  if (ctx.errors.empty())
+    check_topology(root, ctx);
+  if (!ctx.errors.empty())
+    return {std::nullopt, ctx.errors};
+  return {extract(root, source), {}};
+}
+
+}  // namespace
+
+config_result parse_config(std::string_view text, const std::string& source_name,
+                           const std::vector<std::string>& overrides) {
+  toml::table root;
+  try {
+    root = toml::parse(text, source_name);
+  } catch (const toml::parse_error& e) {
+    auto& b = e.source().begin;
+    return {std::nullopt,
+            {source_name + ":" + std::to_string(b.line) + ":" + std::to_string(b.column)
+             + ": TOML syntax error: " + std::string{e.description()}}};
+  }
+  return validate(std::move(root), source_name, overrides);
+}
+
+config_result load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return {std::nullopt,
+            {path + ": cannot open the configuration file; pass an existing file with --config (examples are in configs/)"}};
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_config(text.str(), path, overrides);
+}
+
+std::string describe_config_schema() {
+  std::ostringstream os;
+  for (auto& s : schema()) {
+    os << (s.array_of_tables ? "[[" : "[") << s.name << (s.array_of_tables ? "]]" : "]") << "  # " << s.doc << "\n";
+    for (auto& f : s.fields) {
+      os << "  " << f.key << " : " << to_string(f.type);
+      if (f.required())
+        os << ", required";
+      if (std::isfinite(f.min) || std::isfinite(f.max))
+        os << ", in [" << format_number(f.min) << ", " << format_number(f.max) << "]";
+      if (!f.one_of.empty())
+        os << ", of: " << list(f.one_of);
+      os << "\n      " << f.doc << "\n";
+    }
+  }
+  return os.str();
+}
+
+}  // namespace areal

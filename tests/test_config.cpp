@@ -1,0 +1,254 @@
+// Configuration: every validation error names the file, line:column and key
+// path; --set overrides any key; defaults are filled in; node selection.
+#include <doctest/doctest.h>
+
+#include <fstream>
+
+#include "areal/runtime/cli.hpp"
+#include "areal/runtime/config.hpp"
+
+using namespace areal;
+
+namespace {
+
+const char* two_nodes = R"([run]
+name = "t"
+
+[cluster]
+app_id = "test"
+
+[[nodes]]
+name = "head"
+port = 7100
+roles = ["controller", "trainer"]
+
+[[nodes]]
+name = "worker"
+port = 7101
+roles = ["rollout", "reward"]
+)";
+
+// The single error of loading `text`, which must fail.
+std::string only_error(const std::string& text, const std::vector<std::string>& overrides = {}) {
+  auto r = parse_config(text, "topo.toml", overrides);
+  REQUIRE_FALSE(r.config);
+  REQUIRE_MESSAGE(r.errors.size() == 1, r.errors.size() << " errors, first: " << (r.errors.empty() ? "" : r.errors[0]));
+  return r.errors.front();
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("a valid topology loads with defaults filled in") {
+  auto r = parse_config(two_nodes, "topo.toml");
+  REQUIRE_MESSAGE(r.config, (r.errors.empty() ? "" : r.errors[0]));
+  auto& c = *r.config;
+  CHECK(c.run.name == "t");
+  CHECK(c.run.output_dir == "runs");
+  CHECK(c.cluster.app_id == "test");
+  CHECK(c.cluster.heartbeat_interval_ms == 500);
+  CHECK(c.cluster.connection_timeout_ms == 3000);
+  REQUIRE(c.nodes.size() == 2);
+  CHECK(c.nodes[0].host == "127.0.0.1");
+  CHECK(c.nodes[1].compute_threads == 1);
+  CHECK(c.controller_node().name == "head");
+  CHECK(c.nodes[1].has(role::reward));
+  CHECK_FALSE(c.nodes[1].has(role::trainer));
+}
+
+TEST_CASE("the resolved configuration reloads to the same configuration") {
+  auto first = parse_config(two_nodes, "topo.toml", {"run.hold_s=2", "nodes.worker.compute_threads=3"});
+  REQUIRE(first.config);
+  auto second = parse_config(first.config->resolved_toml, "resolved.toml");
+  REQUIRE_MESSAGE(second.config, (second.errors.empty() ? "" : second.errors[0]));
+  CHECK(second.config->run.hold_s == 2.0);
+  CHECK(second.config->nodes[1].compute_threads == 3);
+  // The resolved text is a fixed point.
+  auto third = parse_config(second.config->resolved_toml, "resolved.toml");
+  CHECK(second.config->resolved_toml.substr(second.config->resolved_toml.find('\n'))
+        == third.config->resolved_toml.substr(third.config->resolved_toml.find('\n')));
+}
+
+TEST_CASE("unknown key names file and line and column and key path and the valid keys") {
+  std::string text = two_nodes;
+  text.insert(text.find("[cluster]") + 10, "heartbeat_ms = 5\n");
+  auto e = only_error(text);
+  CHECK(contains(e, "topo.toml:5:1: cluster.heartbeat_ms: unknown key"));
+  CHECK(contains(e, "heartbeat_interval_ms"));
+}
+
+TEST_CASE("unknown key inside an array of tables") {
+  std::string text = two_nodes;
+  text += "gpus = 2\n";
+  auto e = only_error(text);
+  CHECK(contains(e, "topo.toml:16:1: nodes[1].gpus: unknown key"));
+}
+
+TEST_CASE("unknown section") {
+  auto e = only_error(std::string{two_nodes} + "\n[trianer]\nlr = 1\n");
+  CHECK(contains(e, "topo.toml:17:2: trianer: unknown section"));
+}
+
+TEST_CASE("wrong type") {
+  std::string text = two_nodes;
+  text.replace(text.find("port = 7101"), 11, "port = \"7101\"");
+  auto e = only_error(text);
+  CHECK(contains(e, "topo.toml:14:8: nodes[1].port: expected an integer, got a string"));
+}
+
+TEST_CASE("missing required key") {
+  std::string text = two_nodes;
+  text.erase(text.find("name = \"worker\"\n"), 16);
+  auto e = only_error(text);
+  CHECK(contains(e, "topo.toml:"));
+  CHECK(contains(e, "nodes[1].name: missing required key"));
+}
+
+TEST_CASE("missing nodes section") {
+  auto e = only_error("[run]\nname = \"x\"\n");
+  CHECK(contains(e, "topo.toml: nodes: missing; add at least one [[nodes]] entry"));
+}
+
+TEST_CASE("out-of-range value") {
+  std::string text = two_nodes;
+  text.replace(text.find("port = 7100"), 11, "port = 70000");
+  auto e = only_error(text);
+  CHECK(contains(e, "topo.toml:9:8: nodes[0].port: value 70000 is out of range; use a value in [0, 65535]"));
+}
+
+TEST_CASE("duplicate node name names both places") {
+  std::string text = two_nodes;
+  text.replace(text.find("name = \"worker\""), 15, "name = \"head\"");
+  auto e = only_error(text);
+  CHECK(contains(e, "topo.toml:13:8: nodes[1].name: duplicate node name \"head\" (first defined at topo.toml:8:8)"));
+}
+
+TEST_CASE("port clash on one host") {
+  std::string text = two_nodes;
+  text.replace(text.find("port = 7101"), 11, "port = 7100");
+  auto e = only_error(text);
+  CHECK(contains(e, "topo.toml:14:8: nodes[1].port: port clash: 127.0.0.1:7100 is already used by the node at topo.toml:9:8"));
+}
+
+TEST_CASE("the same port on different hosts is fine") {
+  std::string text = two_nodes;
+  text.replace(text.find("port = 7101"), 11, "port = 7100\nhost = \"10.0.0.2\"");
+  CHECK(parse_config(text, "topo.toml").config);
+}
+
+TEST_CASE("unknown role and repeated role and controller count") {
+  std::string text = two_nodes;
+  text.replace(text.find("\"reward\""), 8, "\"rewarder\"");
+  auto e = only_error(text);
+  CHECK(contains(e, "topo.toml:15:21: nodes[1].roles: unknown value \"rewarder\"; use one of: controller, trainer"));
+
+  text = two_nodes;
+  text.replace(text.find("\"reward\""), 8, "\"rollout\"");
+  CHECK(contains(only_error(text), "nodes[1].roles: role \"rollout\" is listed twice"));
+
+  text = two_nodes;
+  text.replace(text.find("\"reward\""), 8, "\"controller\"");
+  CHECK(contains(only_error(text), "2 nodes have the role \"controller\"; exactly one node must host the controller"));
+}
+
+TEST_CASE("a multi-node topology needs listening ports") {
+  std::string text = two_nodes;
+  text.erase(text.find("port = 7101\n"), 12);
+  CHECK(contains(only_error(text), "nodes[1].port: a topology of several nodes needs every node to listen"));
+}
+
+TEST_CASE("connection timeout must exceed the heartbeat interval") {
+  auto e = only_error(two_nodes, {"cluster.connection_timeout_ms=400"});
+  CHECK(contains(e, "--set cluster.connection_timeout_ms=400: cluster.connection_timeout_ms: must exceed"));
+}
+
+TEST_CASE("TOML syntax errors give the position") {
+  auto e = only_error("[run]\nname = \"x\n");
+  CHECK(contains(e, "topo.toml:2:"));
+  CHECK(contains(e, "TOML syntax error"));
+}
+
+TEST_CASE("several errors are all reported") {
+  std::string text = two_nodes;
+  text.replace(text.find("port = 7100"), 11, "port = -1");
+  text.replace(text.find("app_id = \"test\""), 15, "app_id = 5");
+  auto r = parse_config(text, "topo.toml");
+  REQUIRE_FALSE(r.config);
+  CHECK(r.errors.size() == 2);
+}
+
+TEST_CASE("--set overrides any key by index or by node name") {
+  auto r = parse_config(two_nodes, "topo.toml",
+                        {"run.name=demo", "run.seed=9", "cluster.connect_timeout_s=5", "nodes[0].port=7200",
+                         "nodes.worker.roles=[\"rollout\"]", "run.hold_s=1.5"});
+  REQUIRE_MESSAGE(r.config, (r.errors.empty() ? "" : r.errors[0]));
+  CHECK(r.config->run.name == "demo");
+  CHECK(r.config->run.seed == 9);
+  CHECK(r.config->cluster.connect_timeout_s == 5.0);
+  CHECK(r.config->nodes[0].port == 7200);
+  CHECK(r.config->nodes[1].roles == std::vector<role>{role::rollout});
+  CHECK(r.config->run.hold_s == 1.5);
+  CHECK(contains(r.config->resolved_toml, "name = 'demo'"));
+}
+
+TEST_CASE("bad --set values are reported against the command line") {
+  CHECK(contains(only_error(two_nodes, {"run.seed=abc"}), "--set run.seed=abc: run.seed: expected an integer, got a string"));
+  CHECK(contains(only_error(two_nodes, {"nodes.nobody.port=1"}), "--set nodes.nobody.port=1: no entry 'nobody' in 'nodes'"));
+  CHECK(contains(only_error(two_nodes, {"cluster.typo=1"}), "--set cluster.typo=1: cluster.typo: unknown key"));
+  CHECK(contains(only_error(two_nodes, {"novalue"}), "--set novalue: expected KEY=VALUE"));
+  CHECK(contains(only_error(two_nodes, {"run.name.x=1"}), "'name' is a string, not a table"));
+}
+
+TEST_CASE("a missing file is a clear error") {
+  auto r = load_config("/nonexistent/areal.toml");
+  REQUIRE(r.errors.size() == 1);
+  CHECK(contains(r.errors[0], "/nonexistent/areal.toml: cannot open the configuration file"));
+}
+
+TEST_CASE("the shipped configurations are valid") {
+  for (auto name : {"single_node.toml", "two_nodes.toml"}) {
+    auto r = load_config(std::string{AREAL_SOURCE_DIR} + "/configs/" + name);
+    CHECK_MESSAGE(r.config, name << ": " << (r.errors.empty() ? "" : r.errors[0]));
+  }
+}
+
+TEST_CASE("command line parsing") {
+  const char* ok[] = {"areal", "--config", "x.toml", "--node=worker", "--role", "rollout,reward",
+                      "--set", "run.seed=3", "--set=run.name=a=b"};
+  auto r = parse_cli(9, ok);
+  REQUIRE(r.options);
+  CHECK(r.options->config_path == "x.toml");
+  CHECK(*r.options->node == "worker");
+  CHECK(*r.options->roles == std::vector<role>{role::rollout, role::reward});
+  CHECK(r.options->overrides == std::vector<std::string>{"run.seed=3", "run.name=a=b"});
+
+  const char* bad_role[] = {"areal", "--config", "x.toml", "--role", "rollout,gpu"};
+  CHECK(contains(parse_cli(5, bad_role).error, "unknown role \"gpu\""));
+  const char* no_config[] = {"areal"};
+  CHECK(contains(parse_cli(1, no_config).error, "missing --config FILE"));
+  const char* unknown[] = {"areal", "--config", "x", "--frobnicate"};
+  CHECK(contains(parse_cli(4, unknown).error, "unknown argument \"--frobnicate\""));
+  const char* dangling[] = {"areal", "--config"};
+  CHECK(contains(parse_cli(2, dangling).error, "--config needs a file path"));
+}
+
+TEST_CASE("choosing this process's node") {
+  auto config = *parse_config(two_nodes, "topo.toml").config;
+  cli_options o;
+  CHECK(contains(choose_node(config, o).error, "has 2 nodes; pass --node NAME (one of: head, worker)"));
+  o.node = "worker";
+  CHECK(choose_node(config, o).node->name == "worker");
+  o.node = "nobody";
+  CHECK(contains(choose_node(config, o).error, "--node nobody: no such node"));
+  o.node.reset();
+  o.roles = std::vector<role>{role::reward, role::rollout};
+  CHECK(choose_node(config, o).node->name == "worker");
+  o.node = "worker";
+  o.roles = std::vector<role>{role::rollout};
+  CHECK(choose_node(config, o).node->roles == std::vector<role>{role::rollout});
+  o.roles = std::vector<role>{role::controller};
+  CHECK(contains(choose_node(config, o).error, "the controller role is fixed by the topology"));
+}

@@ -1,0 +1,121 @@
+// Wire format: every record round-trips; records that break their rules and
+// bytes that are not a valid message are refused with an error, never a crash.
+#include <doctest/doctest.h>
+
+#include <cstring>
+
+#include "areal/messages/codec.hpp"
+#include "areal/messages/packed.hpp"
+#include "sample_records.hpp"
+
+using namespace areal;
+
+namespace {
+
+template <class T>
+void check_round_trip(const T& original) {
+  auto bytes = encode(original);
+  REQUIRE_MESSAGE(bytes, describe(bytes.error()));
+  CHECK(bytes->size() % 8 == 0);
+  auto back = decode<T>(*bytes);
+  REQUIRE_MESSAGE(back, describe(back.error()));
+  CHECK(*back == original);
+  // Through the CAF carrier too.
+  auto carried = pack(original);
+  REQUIRE(carried);
+  auto unpacked = unpack(*carried);
+  REQUIRE(unpacked);
+  CHECK(*unpacked == original);
+}
+
+// Byte offset of the first data word of the root struct in a single-segment
+// message: 8 bytes of segment table, then the 8-byte root pointer.
+constexpr size_t root_data_offset = 16;
+
+}  // namespace
+
+TEST_CASE("every record type round-trips through its Cap'n Proto bytes") {
+  check_round_trip(test::sample_request());
+  check_round_trip(test::sample_trajectory());
+  check_round_trip(test::sample_manifest());
+  check_round_trip(test::sample_hello());
+  check_round_trip(test::sample_stats());
+  check_round_trip(generation_request{});  // defaults survive too
+  check_round_trip(trajectory{});
+}
+
+TEST_CASE("a trajectory whose per-token lists disagree is refused when encoding") {
+  auto t = test::sample_trajectory();
+  t.token_versions.pop_back();
+  auto bytes = encode(t);
+  REQUIRE_FALSE(bytes);
+  CHECK(bytes.error().category() == caf::atom("wire"));
+  CHECK(describe(bytes.error()).find("4 output tokens but 4 log-probabilities and 3 versions") != std::string::npos);
+}
+
+TEST_CASE("a record written under another schema version is refused naming both versions") {
+  auto bytes = *encode(test::sample_trajectory());
+  REQUIRE(static_cast<uint8_t>(bytes[root_data_offset]) == schema_version);
+  bytes[root_data_offset] = 7;
+  auto back = decode<trajectory>(bytes);
+  REQUIRE_FALSE(back);
+  auto text = describe(back.error());
+  CHECK(text.find("schema_mismatch") != std::string::npos);
+  CHECK(text.find("schema version 7") != std::string::npos);
+  CHECK(text.find("reads version 1") != std::string::npos);
+}
+
+TEST_CASE("weight manifests are checked for consistency") {
+  auto m = test::sample_manifest();
+  CHECK_FALSE(validate(m));
+  SUBCASE("tensor beyond the buffer") {
+    m.total_bytes = 500;
+    CHECK(describe(validate(m)).find("lm_head.weight") != std::string::npos);
+  }
+  SUBCASE("overlapping tensors") {
+    m.tensors[1].offset = 200;
+    CHECK(describe(validate(m)).find("overlap") != std::string::npos);
+  }
+  SUBCASE("duplicate names") {
+    m.tensors[2].name = m.tensors[0].name;
+    CHECK(describe(validate(m)).find("appears twice") != std::string::npos);
+  }
+  SUBCASE("negative dimension") {
+    m.tensors[0].shape = {-1, 8};
+    CHECK(describe(validate(m)).find("negative") != std::string::npos);
+  }
+  SUBCASE("refused by the encoder as well") {
+    m.tensors[0].shape = {1 << 20, 1 << 20};
+    CHECK_FALSE(encode(m));
+  }
+  CHECK(m.tensors[0].byte_size() == element_size(m.tensors[0].type) * m.tensors[0].shape[0] * m.tensors[0].shape[1]);
+}
+
+TEST_CASE("a manifest whose offsets were altered on the wire is refused when decoding") {
+  auto bytes = *encode(test::sample_manifest());
+  // Overwrite totalBytes, data word 2 of WeightManifest (word 0: schemaVersion, word 1: version),
+  // so that the tensors lie outside the buffer.
+  uint64_t small = 100;
+  std::memcpy(bytes.data() + root_data_offset + 16, &small, sizeof(small));
+  auto back = decode<weight_manifest>(bytes);
+  REQUIRE_FALSE(back);
+  CHECK(describe(back.error()).find("outside") != std::string::npos);
+}
+
+TEST_CASE("decoding refuses partial words and empty input and trailing bytes") {
+  auto bytes = *encode(test::sample_hello());
+  CHECK_FALSE(decode<node_hello>(bytes.data(), bytes.size() - 1));
+  CHECK_FALSE(decode<node_hello>(bytes.data(), 0));
+  auto longer = bytes;
+  longer.resize(bytes.size() + 8, 0);
+  auto back = decode<node_hello>(longer);
+  REQUIRE_FALSE(back);
+  CHECK(describe(back.error()).find("trailing") != std::string::npos);
+}
+
+TEST_CASE("checksum is XXH64 and sensitive to every byte") {
+  std::string a = "areal";
+  CHECK(checksum(a.data(), a.size()) == checksum(a.data(), a.size()));
+  std::string b = "areaL";
+  CHECK(checksum(a.data(), a.size()) != checksum(b.data(), b.size()));
+}

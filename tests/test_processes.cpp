@@ -1,0 +1,154 @@
+// The `areal` binary as users run it: separate processes on loopback that
+// connect in either order, exchange trajectories and print each other's
+// identity; a SIGKILLed peer is reported; signals and bad input end a node
+// cleanly with the documented exit codes. Every wait is bounded.
+#include <doctest/doctest.h>
+
+#include <fcntl.h>
+
+#include "node_process.hpp"
+
+using namespace areal::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string topology(uint16_t head_port, uint16_t worker_port, double hold_s = 0, const char* app_id = "areal-test") {
+  return "[run]\nname = \"proc\"\nhold_s = " + std::to_string(hold_s) + "\n\n[cluster]\napp_id = \"" + app_id
+         + "\"\nconnect_timeout_s = 20.0\nheartbeat_interval_ms = 200\nconnection_timeout_ms = 1500\n\n"
+           "[[nodes]]\nname = \"head\"\nport = "
+         + std::to_string(head_port)
+         + "\nroles = [\"controller\", \"trainer\"]\n\n[[nodes]]\nname = \"worker\"\nport = "
+         + std::to_string(worker_port) + "\nroles = [\"rollout\", \"reward\"]\n";
+}
+
+struct two_nodes {
+  scratch_dir dir;
+  std::string config;
+  explicit two_nodes(const std::string& name, double hold_s = 0)
+    : dir(name), config(dir.write("topology.toml", topology(free_port(), free_port(), hold_s))) {}
+  std::unique_ptr<node_process> start(const std::string& node, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args{"--config", config, "--node", node};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto p = std::make_unique<node_process>(args, dir.path / (node + ".log"), dir.path);
+    REQUIRE(p->started());
+    return p;
+  }
+};
+
+void check_joined(node_process& head, node_process& worker) {
+  CHECK_MESSAGE(head.wait_for("peer joined: worker (roles rollout,reward; pid", 15s), head.log());
+  CHECK_MESSAGE(worker.wait_for("peer joined: head (roles controller,trainer; pid", 15s), worker.log());
+  CHECK_MESSAGE(head.wait_for("received trajectory of prompt 1 from worker", 15s), head.log());
+  CHECK_MESSAGE(worker.wait_for("received trajectory of prompt 1 from head", 15s), worker.log());
+  CHECK(head.wait_for("worker acknowledged our trajectory (checksum", 15s));
+  CHECK(worker.wait_for("head acknowledged our trajectory (checksum", 15s));
+}
+
+}  // namespace
+
+TEST_CASE("two nodes connect worker-first and exchange trajectories and both exit 0") {
+  two_nodes t{"worker-first"};
+  auto worker = t.start("worker");
+  CHECK(worker->wait_for("listening on 127.0.0.1:", 10s));
+  std::this_thread::sleep_for(300ms);  // the worker is retrying by now
+  auto head = t.start("head");
+  check_joined(*head, *worker);
+  CHECK(head->wait_exit(15s) == 0);
+  CHECK(worker->wait_exit(15s) == 0);
+  CHECK(worker->log().find("the controller ended the run") != std::string::npos);
+  CHECK(std::filesystem::exists(t.dir.path / "runs/proc/config.toml"));
+  CHECK(std::filesystem::exists(t.dir.path / "runs/proc/config.worker.toml"));
+}
+
+TEST_CASE("two nodes connect head-first too with the worker selected by --role") {
+  two_nodes t{"head-first"};
+  auto head = t.start("head");
+  CHECK(head->wait_for("listening on", 10s));
+  auto worker = std::make_unique<node_process>(std::vector<std::string>{"--config", t.config, "--role", "reward,rollout"},
+                                               t.dir.path / "worker.log", t.dir.path);
+  check_joined(*head, *worker);
+  CHECK(head->wait_exit(15s) == 0);
+  CHECK(worker->wait_exit(15s) == 0);
+}
+
+TEST_CASE("a SIGKILLed worker is reported as lost within the connection timeout and SIGTERM stops the head") {
+  two_nodes t{"sigkill", 600};
+  auto head = t.start("head");
+  auto worker = t.start("worker");
+  REQUIRE(head->wait_for("all 2 node(s) joined", 20s));
+  worker->kill(SIGKILL);
+  CHECK(worker->wait_exit(5s) == 128 + SIGKILL);
+  // Bounded by cluster.connection_timeout_ms (1.5 s) plus scheduling slack.
+  CHECK_MESSAGE(head->wait_for("lost peer worker (roles rollout,reward)", 1500ms + 2s), head->log());
+  head->kill(SIGTERM);
+  CHECK(head->wait_exit(5s) == 0);
+  CHECK(head->log().find("received SIGTERM; stopping the node") != std::string::npos);
+}
+
+TEST_CASE("a worker that loses the controller stops with exit code 4") {
+  two_nodes t{"lost-controller", 600};
+  auto head = t.start("head");
+  auto worker = t.start("worker");
+  REQUIRE(worker->wait_for("head acknowledged our trajectory", 20s));
+  head->kill(SIGKILL);
+  CHECK_MESSAGE(worker->wait_exit(10s) == 4, worker->log());
+  CHECK(worker->log().find("lost the controller node head") != std::string::npos);
+}
+
+TEST_CASE("an unreachable controller is a clear error after the connect timeout") {
+  two_nodes t{"unreachable"};
+  auto worker = t.start("worker", {"--set", "cluster.connect_timeout_s=1"});
+  CHECK_MESSAGE(worker->wait_exit(15s) == 3, worker->log());
+  CHECK(worker->log().find("could not reach the controller node head at 127.0.0.1:") != std::string::npos);
+  CHECK(worker->log().find("Start that node, or check its host and port") != std::string::npos);
+}
+
+TEST_CASE("a node of another cluster is refused") {
+  two_nodes t{"foreign"};
+  auto head = t.start("head", {"--set", "run.hold_s=30"});
+  REQUIRE(head->wait_for("listening on", 10s));
+  auto worker = t.start("worker", {"--set", "cluster.app_id=someone-else"});
+  CHECK_MESSAGE(worker->wait_exit(15s) == 5, worker->log());
+  CHECK(worker->log().find("belongs to another cluster") != std::string::npos);
+  head->kill(SIGINT);
+  CHECK(head->wait_exit(5s) == 0);
+}
+
+TEST_CASE("the single-node default runs and exits 0 and SIGINT stops a held run") {
+  scratch_dir dir{"single"};
+  {
+    node_process node({"--config", AREAL_SOURCE_DIR "/configs/single_node.toml"}, dir.path / "a.log", dir.path);
+    CHECK_MESSAGE(node.wait_exit(20s) == 0, node.log());
+    CHECK(node.log().find("local acknowledged our trajectory") != std::string::npos);
+    CHECK(node.log().find("BLAS ") != std::string::npos);
+  }
+  node_process held({"--config", AREAL_SOURCE_DIR "/configs/single_node.toml", "--set", "run.hold_s=600"},
+                    dir.path / "b.log", dir.path);
+  REQUIRE(held.wait_for("ending the run in 600 s", 20s));
+  held.kill(SIGINT);
+  CHECK(held.wait_exit(5s) == 0);
+}
+
+TEST_CASE("bad configuration exits 2 before starting anything") {
+  scratch_dir dir{"badconfig"};
+  auto config = dir.write("bad.toml", "[run]\nname = \"x\"\nsed = 1\n[[nodes]]\nname = \"a\"\nroles = [\"controller\"]\n");
+  node_process node({"--config", config}, dir.path / "out.log", dir.path);
+  CHECK(node.wait_exit(10s) == 2);
+  CHECK(node.log().find("bad.toml:3:1: run.sed: unknown key") != std::string::npos);
+  CHECK(node.log().find("nothing was started") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir.path / "runs"));
+}
+
+TEST_CASE("a port in use is reported with what to do") {
+  two_nodes t{"port-in-use", 600};
+  auto head = t.start("head");
+  REQUIRE(head->wait_for("listening on", 10s));
+  auto second = std::make_unique<node_process>(
+    std::vector<std::string>{"--config", t.config, "--node", "head", "--run-dir", (t.dir.path / "other").string()},
+    t.dir.path / "second.log", t.dir.path);
+  CHECK_MESSAGE(second->wait_exit(10s) == 2, second->log());
+  CHECK(second->log().find("cannot listen on 127.0.0.1:") != std::string::npos);
+  head->kill(SIGTERM);
+  CHECK(head->wait_exit(5s) == 0);
+}
