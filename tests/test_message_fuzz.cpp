@@ -70,7 +70,7 @@ tally fuzz(const T& sample, uint32_t seed) {
 }  // namespace
 
 TEST_CASE("random and truncated and corrupted bytes never crash the decoders") {
-  auto check = [](const char* name, tally t) {
+  auto check = [](const std::string& name, tally t) {
     INFO(name);
     CHECK(t.refused > 0);
     MESSAGE(name << ": " << t.decoded << " decoded, " << t.refused << " refused");
