@@ -103,8 +103,7 @@ TEST_CASE("missing required key") {
   std::string text = two_nodes;
   text.erase(text.find("name = \"worker\"\n"), 16);
   auto e = only_error(text);
-  CHECK(contains(e, "topo.toml:"));
-  CHECK(contains(e, "nodes[1].name: missing required key"));
+  CHECK(contains(e, "topo.toml:12:1: nodes[1].name: missing required key"));  // at the [[nodes]] header
 }
 
 TEST_CASE("missing nodes section") {

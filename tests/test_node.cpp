@@ -107,6 +107,16 @@ TEST_CASE("the handshake refuses other protocol versions and clusters and names 
   std::tie(reply, error) = f.greet(node, hello);
   CHECK(error.find("belongs to cluster \"other\", this is cluster \"test\"") != std::string::npos);
 
+  // A hello written under another schema version cannot even be read: refused, naming both versions.
+  auto bytes = *pack(f.worker_hello());
+  bytes.bytes[16] = 2;  // schemaVersion, the first data word of the root struct
+  (*f.self)->request(node, 5s, bytes).receive(
+    [](packed<node_hello>&) { FAIL("a hello of schema version 2 was accepted"); },
+    [](caf::error& err) {
+      CHECK(describe(err).find("node_hello written with schema version 2, this build reads version 1")
+            != std::string::npos);
+    });
+
   hello = f.worker_hello();
   hello.node_name = "stranger";
   std::tie(reply, error) = f.greet(node, hello);

@@ -104,6 +104,13 @@ TEST_CASE("an unreachable controller is a clear error after the connect timeout"
   CHECK(worker->log().find("Start that node, or check its host and port") != std::string::npos);
 }
 
+TEST_CASE("a controller whose nodes never join stops and names them") {
+  two_nodes t{"never-joined"};
+  auto head = t.start("head", {"--set", "cluster.connect_timeout_s=1"});
+  CHECK_MESSAGE(head->wait_exit(15s) == 3, head->log());
+  CHECK(head->log().find("node(s) worker did not join within cluster.connect_timeout_s") != std::string::npos);
+}
+
 TEST_CASE("a node of another cluster is refused") {
   two_nodes t{"foreign"};
   auto head = t.start("head", {"--set", "run.hold_s=30"});

@@ -285,7 +285,9 @@ void connect_to_controller(node_pointer self) {
               send_probe(self, theirs->node_name, handle);
             },
             [self, target](caf::error& err) {
-              if (err.category() == caf::atom("node")) {
+              // The controller read our hello and said no (node), or could not read it (wire):
+              // retrying cannot help.
+              if (err.category() == caf::atom("node") || err.category() == caf::atom("wire")) {
                 finish(self, exit_refused, "the controller node " + target.name + " refused us: " + describe(err));
                 return;
               }
@@ -328,13 +330,15 @@ void start(node_pointer self, node_setup setup) {
   st.hello = make_hello(st.setup);
   st.stats.node_name = st.setup.self.name;
   self->set_down_handler([self](caf::down_msg& down) { on_peer_down(self, down); });
+  auto connect_timeout = std::chrono::duration_cast<caf::timespan>(
+    std::chrono::duration<double>(st.setup.config.cluster.connect_timeout_s));
   if (is_controller(self)) {
     // The local path counts too: a probe to ourselves through the same interface.
     send_probe(self, st.setup.self.name, caf::actor_cast<node_actor>(self));
+    if (st.setup.config.nodes.size() > 1)
+      self->delayed_send(self, connect_timeout, caf::connect_atom::value);  // the join deadline
   } else {
-    st.connect_deadline = std::chrono::steady_clock::now()
-                          + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                            std::chrono::duration<double>(st.setup.config.cluster.connect_timeout_s));
+    st.connect_deadline = std::chrono::steady_clock::now() + connect_timeout;
     connect_to_controller(self);
   }
 }
@@ -402,8 +406,25 @@ node_actor::behavior_type node_behavior(node_pointer self, node_setup setup) {
     },
     [self](caf::connect_atom) {
       auto& st = self->state;
-      if (!st.finished && !is_controller(self) && st.peers.empty())
-        connect_to_controller(self);
+      if (st.finished)
+        return;
+      if (!is_controller(self)) {
+        if (st.peers.empty())
+          connect_to_controller(self);
+        return;
+      }
+      // On the controller this is the join deadline: every node must have joined by now.
+      if (st.all_joined)
+        return;
+      std::string missing;
+      for (auto& n : st.setup.config.nodes)
+        if (n.name != st.setup.self.name && !st.peers.count(n.name))
+          missing += (missing.empty() ? "" : ", ") + n.name;
+      finish(self, exit_unreachable,
+             "node(s) " + (missing.empty() ? std::string{"(all connected, probes unanswered)"} : missing)
+               + " did not join within cluster.connect_timeout_s = "
+               + std::to_string(st.setup.config.cluster.connect_timeout_s) + " s; start them with areal --config "
+               + st.setup.config.source + " --node NAME");
     },
   };
 }

@@ -42,8 +42,9 @@ using node_actor = caf::typed_actor<
   caf::replies_to<run_end_atom, std::string>::with<bool>,
   // Stop this node (SIGINT/SIGTERM, or an embedding application); the text says why.
   caf::reacts_to<shutdown_atom, std::string>,
-  // Try to reach the controller node now; a node sends this to itself while it
-  // retries with backoff, and ignores it once connected or on the controller.
+  // Timer of the connection phase, sent by a node to itself: a node retrying to
+  // reach the controller tries again; on the controller it is the deadline by
+  // which every node of the topology must have joined.
   caf::reacts_to<caf::connect_atom>>;
 
 /// Errors of the node protocol.

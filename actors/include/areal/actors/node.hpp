@@ -5,8 +5,9 @@
 // backoff until cluster.connect_timeout_s), and the two shake hands: each checks
 // the other's protocol and schema versions, cluster id and name. Then each
 // sends the other a probe trajectory and checks the acknowledged checksum. Once
-// every node of the topology has joined, the controller holds the run for
-// run.hold_s and ends it; the other nodes stop when it does. Peers are
+// every node of the topology has joined (by cluster.connect_timeout_s, else the
+// controller stops and names the missing nodes), the controller holds the run
+// for run.hold_s and ends it; the other nodes stop when it does. Peers are
 // monitored, so a node that dies is reported within the connection timeout.
 #pragma once
 
