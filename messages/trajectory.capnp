@@ -26,6 +26,7 @@ struct Timestamps {
   generationStartNs @1 :Int64;
   generationEndNs @2 :Int64;
   scoredNs @3 :Int64;
+  scoringStartNs @4 :Int64;
 }
 
 struct Trajectory {

@@ -17,6 +17,7 @@
 #include "control.capnp.h"
 #include "generation.capnp.h"
 #include "trajectory.capnp.h"
+#include "reward.capnp.h"
 #include "weights.capnp.h"
 
 static_assert(areal::schema_version == areal::wire::SCHEMA_VERSION,
@@ -220,6 +221,7 @@ caf::expected<std::vector<char>> encode(const trajectory& x) {
   t.setGenerationStartNs(x.timestamps.generation_start_ns);
   t.setGenerationEndNs(x.timestamps.generation_end_ns);
   t.setScoredNs(x.timestamps.scored_ns);
+  t.setScoringStartNs(x.timestamps.scoring_start_ns);
   root.setProducer(x.producer);
   return finish(builder);
 }
@@ -254,6 +256,7 @@ caf::expected<trajectory> decode<trajectory>(const char* data, size_t size) {
       x.timestamps.generation_start_ns = t.getGenerationStartNs();
       x.timestamps.generation_end_ns = t.getGenerationEndNs();
       x.timestamps.scored_ns = t.getScoredNs();
+      x.timestamps.scoring_start_ns = t.getScoringStartNs();
       x.producer = to_std(r.getProducer());
       return x;
     });
@@ -334,6 +337,55 @@ caf::expected<weight_manifest> decode<weight_manifest>(const char* data, size_t 
       }
       if (auto err = validate(x))
         return err;
+      return x;
+    });
+}
+
+// -- reward_task --------------------------------------------------------------
+
+caf::expected<std::vector<char>> encode(const reward_task& x) {
+  capnp::MallocMessageBuilder builder;
+  auto root = builder.initRoot<wire::RewardTask>();
+  root.setSchemaVersion(schema_version);
+  root.setKind(static_cast<wire::TaskKind>(x.kind));
+  auto refs = root.initReferences(x.references.size());
+  for (unsigned i = 0; i < x.references.size(); ++i)
+    refs.set(i, x.references[i]);
+  fill(root.initNumbers(x.numbers.size()), x.numbers);
+  root.setTarget(x.target);
+  auto cases = root.initIoCases(x.io_cases.size());
+  for (unsigned i = 0; i < x.io_cases.size(); ++i) {
+    cases[i].setInput(x.io_cases[i].input);
+    cases[i].setExpectedOutput(x.io_cases[i].expected_output);
+  }
+  auto asserts = root.initAssertions(x.assertions.size());
+  for (unsigned i = 0; i < x.assertions.size(); ++i)
+    asserts.set(i, x.assertions[i]);
+  root.setCaseTimeS(x.case_time_s);
+  root.setTotalTimeS(x.total_time_s);
+  root.setPartialCredit(x.partial_credit);
+  return finish(builder);
+}
+
+template <>
+caf::expected<reward_task> decode<reward_task>(const char* data, size_t size) {
+  return read_root<wire::RewardTask, reward_task>(
+    "reward_task", data, size, [](wire::RewardTask::Reader r) -> caf::expected<reward_task> {
+      if (!enum_in_range(r.getKind(), wire::TaskKind::CODE))
+        return invalid("reward_task: unknown task kind " + std::to_string(static_cast<int>(r.getKind())));
+      reward_task x;
+      x.kind = static_cast<task_kind>(r.getKind());
+      x.references = to_strings(r.getReferences());
+      x.numbers = to_vector<int64_t>(r.getNumbers());
+      x.target = r.getTarget();
+      for (auto c : r.getIoCases())
+        x.io_cases.push_back({to_std(c.getInput()), to_std(c.getExpectedOutput())});
+      x.assertions = to_strings(r.getAssertions());
+      x.case_time_s = r.getCaseTimeS();
+      x.total_time_s = r.getTotalTimeS();
+      x.partial_credit = r.getPartialCredit();
+      if (!(x.case_time_s > 0 && x.case_time_s <= 3600 && x.total_time_s > 0 && x.total_time_s <= 3600))
+        return invalid("reward_task: time limits must lie in (0, 3600] seconds");
       return x;
     });
 }

@@ -16,8 +16,8 @@ bool generation_request::operator==(const generation_request& o) const {
 }
 
 bool trajectory_timestamps::operator==(const trajectory_timestamps& o) const {
-  return std::tie(admitted_ns, generation_start_ns, generation_end_ns, scored_ns)
-         == std::tie(o.admitted_ns, o.generation_start_ns, o.generation_end_ns, o.scored_ns);
+  return std::tie(admitted_ns, generation_start_ns, generation_end_ns, scored_ns, scoring_start_ns)
+         == std::tie(o.admitted_ns, o.generation_start_ns, o.generation_end_ns, o.scored_ns, o.scoring_start_ns);
 }
 
 bool trajectory::operator==(const trajectory& o) const {
@@ -42,6 +42,25 @@ uint64_t tensor_entry::byte_size() const {
 bool weight_manifest::operator==(const weight_manifest& o) const {
   return std::tie(version, tensors, total_bytes, checksum)
          == std::tie(o.version, o.tensors, o.total_bytes, o.checksum);
+}
+
+bool io_case_record::operator==(const io_case_record& o) const {
+  return input == o.input && expected_output == o.expected_output;
+}
+
+bool reward_task::operator==(const reward_task& o) const {
+  return std::tie(kind, references, numbers, target, io_cases, assertions, case_time_s, total_time_s, partial_credit)
+         == std::tie(o.kind, o.references, o.numbers, o.target, o.io_cases, o.assertions, o.case_time_s,
+                     o.total_time_s, o.partial_credit);
+}
+
+const char* to_string(task_kind x) {
+  switch (x) {
+    case task_kind::math: return "math";
+    case task_kind::countdown: return "countdown";
+    case task_kind::code: return "code";
+  }
+  return "unknown";
 }
 
 bool node_hello::operator==(const node_hello& o) const {

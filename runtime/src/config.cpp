@@ -150,6 +150,23 @@ const std::vector<section_spec>& schema() {
        {"connection_timeout_ms", kind::integer, int64_t{3000}, 100, 600000, {},
         "a peer silent this long is declared lost (must exceed heartbeat_interval_ms)"},
      }},
+    {"reward", false, "The reward service: verification workers and the code sandbox.",
+     {
+       {"workers", kind::integer, int64_t{2}, 1, 256, {}, "parallel verification workers (one thread each)"},
+       {"queue_capacity", kind::integer, int64_t{64}, 1, 1e6, {},
+        "verifications accepted at once (queued + running); more are refused: back-pressure"},
+       {"timeout_s", kind::number, 30.0, 0.1, 3600, {}, "deadline of one verification; past it the verdict is timeout"},
+       {"python", kind::string, std::string{"/usr/bin/python3"}, -INFINITY, INFINITY, {},
+        "interpreter for code tasks (absolute path, readable by the sandbox user)"},
+       {"sandbox_user", kind::string, std::string{"nobody"}, -INFINITY, INFINITY, {},
+        "unprivileged user that runs sandboxed programs when areal runs as root"},
+       {"memory_mb", kind::integer, int64_t{1024}, 16, 65536, {}, "address-space limit of a sandboxed program"},
+       {"output_kb", kind::integer, int64_t{1024}, 1, 1048576, {},
+        "stdout + stderr kept from a sandboxed program; writing more ends it"},
+       {"math_relative_tolerance", kind::number, 1e-4, 0, 1, {}, "tolerance for math answers written as decimals"},
+       {"countdown_use_all_numbers", kind::boolean, false, -INFINITY, INFINITY, {},
+        "countdown answers must use every given number"},
+     }},
     {"nodes", true, "One [[nodes]] entry per process of the topology.",
      {
        {"name", kind::string, {}, -INFINITY, INFINITY, {}, "unique node name, used by --node"},
@@ -480,6 +497,16 @@ run_config extract(const toml::table& root, const std::string& source) {
   c.cluster.connect_timeout_s = cluster["connect_timeout_s"].value_or(0.0);
   c.cluster.heartbeat_interval_ms = static_cast<uint32_t>(cluster["heartbeat_interval_ms"].value_or(int64_t{0}));
   c.cluster.connection_timeout_ms = static_cast<uint32_t>(cluster["connection_timeout_ms"].value_or(int64_t{0}));
+  auto reward = root["reward"];
+  c.reward.workers = static_cast<uint32_t>(reward["workers"].value_or(int64_t{2}));
+  c.reward.queue_capacity = static_cast<uint32_t>(reward["queue_capacity"].value_or(int64_t{64}));
+  c.reward.timeout_s = reward["timeout_s"].value_or(30.0);
+  c.reward.python = reward["python"].value_or(std::string{});
+  c.reward.sandbox_user = reward["sandbox_user"].value_or(std::string{});
+  c.reward.memory_mb = static_cast<uint64_t>(reward["memory_mb"].value_or(int64_t{1024}));
+  c.reward.output_kb = static_cast<uint64_t>(reward["output_kb"].value_or(int64_t{1024}));
+  c.reward.math_relative_tolerance = reward["math_relative_tolerance"].value_or(1e-4);
+  c.reward.countdown_use_all_numbers = reward["countdown_use_all_numbers"].value_or(false);
   for (auto& entry : *root["nodes"].as_array()) {
     auto& t = *entry.as_table();
     node_spec n;
@@ -583,6 +610,17 @@ std::string describe_config_schema() {
       os << "  " << f.key << " : " << to_string(f.type);
       if (f.required())
         os << ", required";
+      std::visit(
+        [&](auto& x) {
+          using T = std::decay_t<decltype(x)>;
+          if constexpr (std::is_same_v<T, std::string>)
+            os << ", default \"" << x << "\"";
+          else if constexpr (std::is_same_v<T, bool>)
+            os << ", default " << (x ? "true" : "false");
+          else if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, double>)
+            os << ", default " << x;
+        },
+        f.fallback);
       if (std::isfinite(f.min) || std::isfinite(f.max))
         os << ", in [" << format_number(f.min) << ", " << format_number(f.max) << "]";
       if (!f.one_of.empty())

@@ -8,6 +8,7 @@
 #include <string>
 
 #include <caf/atom.hpp>
+#include <caf/meta/type_name.hpp>
 #include <caf/io/middleman_actor.hpp>
 #include <caf/replies_to.hpp>
 #include <caf/type_id.hpp>
@@ -47,6 +48,43 @@ using node_actor = caf::typed_actor<
   // which every node of the topology must have joined.
   caf::reacts_to<caf::connect_atom>>;
 
+/// Counters of the reward pool.
+struct reward_pool_stats {
+  uint64_t scored = 0;     // replies sent with a verdict (any verdict)
+  uint64_t refused = 0;    // requests refused because the queue was full
+  uint64_t timeouts = 0;   // verifications stopped at the pool's deadline
+  uint64_t errors = 0;     // verifiers that threw, or unreadable requests
+  uint64_t queued = 0;     // waiting for a worker now
+  uint64_t busy = 0;       // workers verifying now
+  uint64_t workers = 0;
+  uint64_t replaced = 0;   // workers retired after a deadline and replaced
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, reward_pool_stats& x) {
+  return f(caf::meta::type_name("areal.reward_pool_stats"), x.scored, x.refused, x.timeouts, x.errors, x.queued,
+           x.busy, x.workers, x.replaced);
+}
+
+/// The REWARD POOL interface: scores finished trajectories on CPU workers, in
+/// parallel with generation; every accepted request gets exactly one reply.
+using reward_pool_actor = caf::typed_actor<
+  // (trajectory, its response text, the task) -> the trajectory with reward,
+  // verdict, detail and scoring timestamps set. A verifier that throws or runs
+  // past the pool's deadline gives reward 0 with verdict error or timeout. When
+  // the queue is full the request is refused with reward_errc::queue_full and
+  // the caller keeps the trajectory: that is the back-pressure.
+  caf::replies_to<packed<trajectory>, std::string, packed<reward_task>>::with<packed<trajectory>>,
+  // The pool's counters.
+  caf::replies_to<stats_atom>::with<reward_pool_stats>>;
+
+/// Errors of the reward pool.
+enum class reward_errc : uint8_t {
+  /// queue_capacity requests are pending: send again after a reply arrives.
+  queue_full = 1,
+};
+const char* to_string(reward_errc x);
+
 /// Errors of the node protocol.
 enum class node_errc : uint8_t {
   /// The peer runs another protocol or schema version: run one areal build everywhere.
@@ -63,6 +101,7 @@ const char* to_string(node_errc x);
 }  // namespace areal
 
 CAF_ERROR_CODE_ENUM(areal::node_errc, "node")
+CAF_ERROR_CODE_ENUM(areal::reward_errc, "reward")
 
 CAF_BEGIN_TYPE_ID_BLOCK(areal, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(areal, (areal::packed<areal::generation_request>))
@@ -70,4 +109,6 @@ CAF_BEGIN_TYPE_ID_BLOCK(areal, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(areal, (areal::packed<areal::weight_manifest>))
   CAF_ADD_TYPE_ID(areal, (areal::packed<areal::node_hello>))
   CAF_ADD_TYPE_ID(areal, (areal::packed<areal::node_stats>))
+  CAF_ADD_TYPE_ID(areal, (areal::packed<areal::reward_task>))
+  CAF_ADD_TYPE_ID(areal, (areal::reward_pool_stats))
 CAF_END_TYPE_ID_BLOCK(areal)

@@ -40,6 +40,7 @@ std::string describe(const caf::error& err);
 caf::expected<std::vector<char>> encode(const generation_request& x);
 caf::expected<std::vector<char>> encode(const trajectory& x);
 caf::expected<std::vector<char>> encode(const weight_manifest& x);
+caf::expected<std::vector<char>> encode(const reward_task& x);
 caf::expected<std::vector<char>> encode(const node_hello& x);
 caf::expected<std::vector<char>> encode(const node_stats& x);
 

@@ -44,6 +44,7 @@ const char* packed_type_name();
 template <> inline const char* packed_type_name<generation_request>() { return "areal.generation_request"; }
 template <> inline const char* packed_type_name<trajectory>() { return "areal.trajectory"; }
 template <> inline const char* packed_type_name<weight_manifest>() { return "areal.weight_manifest"; }
+template <> inline const char* packed_type_name<reward_task>() { return "areal.reward_task"; }
 template <> inline const char* packed_type_name<node_hello>() { return "areal.node_hello"; }
 template <> inline const char* packed_type_name<node_stats>() { return "areal.node_stats"; }
 

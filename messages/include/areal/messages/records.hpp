@@ -43,6 +43,7 @@ struct trajectory_timestamps {
   int64_t generation_start_ns = 0;
   int64_t generation_end_ns = 0;
   int64_t scored_ns = 0;
+  int64_t scoring_start_ns = 0;
   bool operator==(const trajectory_timestamps&) const;
 };
 
@@ -83,6 +84,29 @@ struct weight_manifest {
   uint64_t total_bytes = 0;
   uint64_t checksum = 0;  // XXH64, seed 0, of the whole buffer
   bool operator==(const weight_manifest&) const;
+};
+
+enum class task_kind : uint8_t { math, countdown, code };
+const char* to_string(task_kind x);
+
+struct io_case_record {
+  std::string input;
+  std::string expected_output;
+  bool operator==(const io_case_record&) const;
+};
+
+/// A task a response is scored against (messages/reward.capnp).
+struct reward_task {
+  task_kind kind = task_kind::math;
+  std::vector<std::string> references;  // math
+  std::vector<int64_t> numbers;         // countdown
+  int64_t target = 0;                   // countdown
+  std::vector<io_case_record> io_cases;  // code
+  std::vector<std::string> assertions;  // code
+  float case_time_s = 5.0f;
+  float total_time_s = 20.0f;
+  bool partial_credit = false;
+  bool operator==(const reward_task&) const;
 };
 
 struct node_hello {

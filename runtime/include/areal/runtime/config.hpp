@@ -43,10 +43,23 @@ struct run_spec {
   double hold_s = 0;  // the controller keeps the run up this long once every node joined
 };
 
+struct reward_spec {
+  uint32_t workers = 2;
+  uint32_t queue_capacity = 64;
+  double timeout_s = 30;
+  std::string python;
+  std::string sandbox_user;
+  uint64_t memory_mb = 1024;
+  uint64_t output_kb = 1024;
+  double math_relative_tolerance = 1e-4;
+  bool countdown_use_all_numbers = false;
+};
+
 struct run_config {
   std::string source;  // the file it was read from
   run_spec run;
   cluster_spec cluster;
+  reward_spec reward;
   std::vector<node_spec> nodes;
   /// The whole configuration with defaults filled in and overrides applied, as TOML.
   std::string resolved_toml;

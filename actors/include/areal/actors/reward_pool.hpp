@@ -1,0 +1,36 @@
+// The reward pool: a dispatcher actor and a fixed number of worker actors,
+// each on its own thread (verification blocks: the code verifier waits on the
+// sandbox). The dispatcher holds a bounded queue, gives each idle worker one
+// job with a deadline, and when a worker misses it, answers that job with a
+// timeout verdict, cancels the worker and puts a fresh one in its place, so
+// one stuck verification never stalls the others.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include <caf/actor_system.hpp>
+
+#include "areal/actors/interfaces.hpp"
+#include "areal/reward/score.hpp"
+#include "areal/runtime/config.hpp"
+
+namespace areal {
+
+struct reward_pool_config {
+  size_t workers = 2;
+  size_t queue_capacity = 64;  // queued + being verified
+  double timeout_s = 30.0;     // per verification, end to end
+  reward::scoring_options scoring;
+  /// The verifier; the default is reward::score_response. Tests put in others.
+  std::function<reward::verification(const std::string& response, const reward_task& task,
+                                     const std::atomic<bool>& cancel)>
+    scorer;
+};
+
+/// The pool configuration of a run's [reward] section.
+reward_pool_config make_reward_pool_config(const reward_spec& spec);
+
+reward_pool_actor spawn_reward_pool(caf::actor_system& sys, reward_pool_config config);
+
+}  // namespace areal

@@ -1,0 +1,28 @@
+#include "areal/reward/score.hpp"
+
+namespace areal::reward {
+
+verification score_response(std::string_view response, const reward_task& task, const scoring_options& options,
+                            const std::atomic<bool>* cancel) {
+  switch (task.kind) {
+    case task_kind::math:
+      return verify_math(response, task.references, options.math);
+    case task_kind::countdown: {
+      std::vector<long long> numbers(task.numbers.begin(), task.numbers.end());
+      return verify_countdown(response, numbers, task.target, options.countdown);
+    }
+    case task_kind::code: {
+      code_task code;
+      for (auto& c : task.io_cases)
+        code.io_cases.push_back({c.input, c.expected_output});
+      code.assertions = task.assertions;
+      code.case_time_s = task.case_time_s;
+      code.total_time_s = task.total_time_s;
+      code.partial_credit = task.partial_credit;
+      return verify_code(response, code, options.code, cancel);
+    }
+  }
+  return {verdict::error, 0.0f, "unknown task kind"};
+}
+
+}  // namespace areal::reward
