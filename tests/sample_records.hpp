@@ -35,7 +35,7 @@ inline trajectory sample_trajectory() {
   x.reward = -0.5f;
   x.judged = verdict::sandbox_violation;
   x.verdict_detail = "wrote outside the work directory: Ünïcode ✓";
-  x.timestamps = {1, 2, 3, 4};
+  x.timestamps = {1, 2, 3, 4, 5};
   x.producer = "rollout-0";
   return x;
 }
@@ -48,6 +48,20 @@ inline weight_manifest sample_manifest() {
                {"lm_head.weight", dtype::f16, {16, 8}, 288}};
   x.total_bytes = 544;
   x.checksum = 0x0123456789abcdefULL;
+  return x;
+}
+
+inline reward_task sample_task() {
+  reward_task x;
+  x.kind = task_kind::code;
+  x.references = {"42", "\\frac{1}{2}"};
+  x.numbers = {25, 4, -3};
+  x.target = 97;
+  x.io_cases = {{"1 2\n", "3\n"}, {"", ""}};
+  x.assertions = {"assert f(1) == 2"};
+  x.case_time_s = 2.5f;
+  x.total_time_s = 9.0f;
+  x.partial_credit = true;
   return x;
 }
 

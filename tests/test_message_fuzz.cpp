@@ -78,6 +78,7 @@ TEST_CASE("random and truncated and corrupted bytes never crash the decoders") {
   check("generation_request", fuzz(test::sample_request(), 1));
   check("trajectory", fuzz(test::sample_trajectory(), 2));
   check("weight_manifest", fuzz(test::sample_manifest(), 3));
+  check("reward_task", fuzz(test::sample_task(), 6));
   check("node_hello", fuzz(test::sample_hello(), 4));
   check("node_stats", fuzz(test::sample_stats(), 5));
 }

@@ -38,6 +38,7 @@ TEST_CASE("every record type round-trips through its Cap'n Proto bytes") {
   check_round_trip(test::sample_request());
   check_round_trip(test::sample_trajectory());
   check_round_trip(test::sample_manifest());
+  check_round_trip(test::sample_task());
   check_round_trip(test::sample_hello());
   check_round_trip(test::sample_stats());
   check_round_trip(generation_request{});  // defaults survive too
@@ -111,6 +112,14 @@ TEST_CASE("decoding refuses partial words and empty input and trailing bytes") {
   auto back = decode<node_hello>(longer);
   REQUIRE_FALSE(back);
   CHECK(describe(back.error()).find("trailing") != std::string::npos);
+}
+
+TEST_CASE("a reward task with impossible time limits is refused") {
+  auto t = test::sample_task();
+  t.case_time_s = -1;
+  auto back = decode<reward_task>(*encode(t));
+  REQUIRE_FALSE(back);
+  CHECK(describe(back.error()).find("time limits") != std::string::npos);
 }
 
 TEST_CASE("checksum is XXH64 and sensitive to every byte") {

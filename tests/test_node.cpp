@@ -76,7 +76,7 @@ TEST_CASE("every carrier type survives CAF's binary serialization") {
   fixture f;
   auto msg = caf::make_message(*pack(test::sample_request()), *pack(test::sample_trajectory()),
                                *pack(test::sample_manifest()), *pack(test::sample_hello()),
-                               *pack(test::sample_stats()));
+                               *pack(test::sample_stats()), *pack(test::sample_task()));
   std::vector<char> buf;
   caf::binary_serializer sink{*f.sys, buf};
   REQUIRE_FALSE(sink(msg));
@@ -84,12 +84,13 @@ TEST_CASE("every carrier type survives CAF's binary serialization") {
   caf::binary_deserializer source{*f.sys, buf};
   REQUIRE_FALSE(source(back));
   REQUIRE(back.match_elements<packed<generation_request>, packed<trajectory>, packed<weight_manifest>,
-                              packed<node_hello>, packed<node_stats>>());
+                              packed<node_hello>, packed<node_stats>, packed<reward_task>>());
   CHECK(*unpack(back.get_as<packed<generation_request>>(0)) == test::sample_request());
   CHECK(*unpack(back.get_as<packed<trajectory>>(1)) == test::sample_trajectory());
   CHECK(*unpack(back.get_as<packed<weight_manifest>>(2)) == test::sample_manifest());
   CHECK(*unpack(back.get_as<packed<node_hello>>(3)) == test::sample_hello());
   CHECK(*unpack(back.get_as<packed<node_stats>>(4)) == test::sample_stats());
+  CHECK(*unpack(back.get_as<packed<reward_task>>(5)) == test::sample_task());
 }
 
 TEST_CASE("the handshake refuses other protocol versions and clusters and names saying why") {
@@ -198,12 +199,13 @@ using echo_actor = caf::typed_actor<caf::replies_to<packed<generation_request>>:
                                     caf::replies_to<packed<trajectory>>::with<packed<trajectory>>,
                                     caf::replies_to<packed<weight_manifest>>::with<packed<weight_manifest>>,
                                     caf::replies_to<packed<node_hello>>::with<packed<node_hello>>,
-                                    caf::replies_to<packed<node_stats>>::with<packed<node_stats>>>;
+                                    caf::replies_to<packed<node_stats>>::with<packed<node_stats>>,
+                                    caf::replies_to<packed<reward_task>>::with<packed<reward_task>>>;
 
 echo_actor::behavior_type echo() {
   return {[](packed<generation_request>& x) { return x; }, [](packed<trajectory>& x) { return x; },
           [](packed<weight_manifest>& x) { return x; }, [](packed<node_hello>& x) { return x; },
-          [](packed<node_stats>& x) { return x; }};
+          [](packed<node_stats>& x) { return x; }, [](packed<reward_task>& x) { return x; }};
 }
 
 // Child process: publishes an echo actor, reports its port through `fd`, and
@@ -262,6 +264,7 @@ TEST_CASE("every message type round-trips between two processes over loopback") 
     round_trip(test::sample_manifest());
     round_trip(test::sample_hello());
     round_trip(test::sample_stats());
+    round_trip(test::sample_task());
     // A trajectory of 1M tokens crosses too (about 20 MB on the wire).
     auto big = test::sample_trajectory();
     big.output_tokens.assign(1 << 20, 5);
