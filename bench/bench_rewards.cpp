@@ -1,0 +1,178 @@
+// bench_rewards: verifications per second per worker for math, countdown and
+// code (a trivial passing program), measured (1) on one thread calling the
+// verifier directly and (2) through the reward pool actor with 2 workers, and
+// the sandbox's overhead as a ratio over running the same program with plain
+// python3 (fork + exec + wait, no isolation), all in one run.
+// Usage: bench_rewards [--quick] [--json FILE]
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include <caf/all.hpp>
+#include <nlohmann/json.hpp>
+
+#include "areal/actors/node.hpp"
+#include "areal/actors/reward_pool.hpp"
+
+extern char** environ;
+
+using namespace areal;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+struct workload {
+  std::string name;
+  reward_task task;
+  std::string response;
+};
+
+std::vector<workload> workloads() {
+  reward_task math;
+  math.kind = task_kind::math;
+  math.references = {"\\frac{3}{4}", "0.75"};
+  reward_task countdown;
+  countdown.kind = task_kind::countdown;
+  countdown.numbers = {25, 50, 75, 100, 3, 6};
+  countdown.target = 952;
+  reward_task code;
+  code.kind = task_kind::code;
+  code.io_cases = {{"3\n", "9\n"}};
+  std::string reasoning(2000, ' ');  // a response of typical length before its answer
+  return {{"math", math, reasoning + "so the result is \\boxed{\\dfrac{3}{4}}."},
+          {"countdown", countdown, reasoning + "<answer>((100 + 6) * 3 * 75 - 50) / 25</answer>"},
+          {"code", code, reasoning + "```python\nn = int(input())\nprint(n * n)\n```"}};
+}
+
+double seconds_since(clock_type::time_point start) {
+  return std::chrono::duration<double>(clock_type::now() - start).count();
+}
+
+// Plain python3: fork + exec + wait, output to /dev/null.
+double plain_python_s(const std::string& python, const std::string& script_path) {
+  pid_t pid;
+  std::vector<std::string> args{python, "-I", script_path};
+  std::vector<char*> argv;
+  for (auto& a : args)
+    argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+  auto start = clock_type::now();
+  posix_spawn(&pid, python.c_str(), &actions, nullptr, argv.data(), environ);
+  int status;
+  waitpid(pid, &status, 0);
+  posix_spawn_file_actions_destroy(&actions);
+  return seconds_since(start);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  std::string json_path;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--quick")
+      quick = true;
+    else if (a == "--json" && i + 1 < argc)
+      json_path = argv[++i];
+    else {
+      std::cerr << "usage: bench_rewards [--quick] [--json FILE]\n";
+      return 2;
+    }
+  }
+  nlohmann::json out;
+  const std::string python = "/usr/bin/python3";
+  out["hardware_threads"] = std::thread::hardware_concurrency();
+  out["root"] = geteuid() == 0;
+  std::cout << "machine: " << std::thread::hardware_concurrency() << " hardware threads; running as "
+            << (geteuid() == 0 ? "root (programs run as nobody)" : "an unprivileged user") << "; " << python << "\n";
+
+  // Sandbox overhead on one trivial program.
+  {
+    reward::sandbox_request r;
+    r.argv = {python, "-I", "main.py"};
+    r.files = {{"main.py", "print(1)\n"}};
+    auto probe = reward::run_sandboxed(r);
+    for (auto& n : probe.notes)
+      std::cout << "sandbox note: " << n << "\n";
+    std::string script = "/tmp/areal-bench-" + std::to_string(getpid()) + ".py";
+    std::ofstream(script) << "print(1)\n";
+    int runs = quick ? 10 : 40;
+    double plain = 0, boxed = 0;
+    for (int i = 0; i < runs; ++i) {  // interleaved, so both see the same machine load
+      plain += plain_python_s(python, script);
+      auto start = clock_type::now();
+      reward::run_sandboxed(r);
+      boxed += seconds_since(start);
+    }
+    std::remove(script.c_str());
+    std::cout << "sandbox: print(1) takes " << 1e3 * boxed / runs << " ms sandboxed vs " << 1e3 * plain / runs
+              << " ms with plain python3; overhead ratio " << boxed / plain << "\n";
+    out["sandbox"] = {{"sandboxed_ms", 1e3 * boxed / runs}, {"plain_ms", 1e3 * plain / runs}, {"ratio", boxed / plain}};
+  }
+
+  // Direct calls on one thread.
+  reward::scoring_options options;
+  for (auto& w : workloads()) {
+    int n = w.name == "code" ? (quick ? 20 : 100) : (quick ? 20000 : 200000);
+    auto start = clock_type::now();
+    int correct = 0;
+    for (int i = 0; i < n; ++i)
+      correct += reward::score_response(w.response, w.task, options).judged == verdict::correct;
+    double rate = n / seconds_since(start);
+    if (correct != n)
+      std::cout << "WARNING: " << w.name << " judged " << correct << "/" << n << " correct\n";
+    std::cout << w.name << ": " << rate << " verifications/s on one thread (direct call)\n";
+    out["direct"][w.name] = rate;
+  }
+
+  // Through the pool actor, 2 workers.
+  caf::actor_system_config cfg;
+  configure_actor_system(cfg, cluster_spec{"bench"});
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  reward_pool_config pool_config;
+  pool_config.workers = 2;
+  pool_config.queue_capacity = 1024;
+  auto pool = spawn_reward_pool(sys, pool_config);
+  trajectory t;
+  t.output_tokens = {1, 2, 3};
+  t.behaviour_logprobs = {0, 0, 0};
+  t.token_versions = {0, 0, 0};
+  auto packed_traj = *pack(t);
+  for (auto& w : workloads()) {
+    int n = w.name == "code" ? (quick ? 20 : 100) : (quick ? 5000 : 50000);
+    auto task = *pack(w.task);
+    auto start = clock_type::now();
+    int sent = 0, received = 0;
+    while (received < n) {
+      while (sent < n && sent - received < 256) {
+        self->send(pool, packed_traj, w.response, task);
+        ++sent;
+      }
+      self->receive([&](packed<trajectory>&) { ++received; },
+                    [&](caf::error& e) {
+                      std::cerr << "pool error: " << describe(e) << "\n";
+                      std::exit(1);
+                    });
+    }
+    double rate = n / seconds_since(start);
+    double direct = out["direct"][w.name];
+    std::cout << w.name << ": " << rate / 2 << " verifications/s per worker through the pool (2 workers, "
+              << rate << " total); per-worker/direct ratio " << rate / 2 / direct << "\n";
+    out["pool_per_worker"][w.name] = rate / 2;
+  }
+  caf::anon_send_exit(pool, caf::exit_reason::user_shutdown);
+  if (!json_path.empty())
+    std::ofstream(json_path) << out.dump(2) << "\n";
+  return 0;
+}
