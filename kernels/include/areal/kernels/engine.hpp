@@ -1,0 +1,119 @@
+// The generation engine of a rollout worker: continuous batching over a fixed
+// number of slots with a preallocated KV cache, chunked prefill of new
+// requests while others decode, per-request sampling with its own seed, and
+// interruptible weight updates.
+//
+// One call of step() is one forward pass over: one token of every decoding
+// sequence, plus up to prefill_chunk prompt tokens of sequences still being
+// prefilled (oldest first). Sequences that finish leave at once and their slot
+// is refilled from the queue at the next step; the last occupied slot moves
+// into the hole so that decoding slots stay packed at the front of the cache.
+//
+// update_weights(version, weights) takes effect at the next step boundary.
+// Interrupting (the default): every in-flight sequence drops its cache and is
+// re-prefilled (prompt + tokens so far) with the new weights; tokens sampled
+// afterwards carry the new version. Waiting (the ablation): no new sequences
+// start until the in-flight ones finish with the old weights; then the swap.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "areal/kernels/model.hpp"
+#include "areal/messages/records.hpp"
+
+namespace areal::kernels {
+
+struct engine_config {
+  int64_t slots = 64;            // sequences decoded together
+  int64_t max_seq_len = 1024;    // prompt + generated tokens of one sequence
+  int64_t prefill_chunk = 256;   // prompt tokens prefilled per step, over all sequences
+  bool interrupt_on_update = true;
+};
+
+struct generation_job {
+  uint64_t id = 0;
+  std::vector<int32_t> prompt;
+  sampling_params sampling;
+  uint64_t seed = 0;
+};
+
+struct generation_output {
+  uint64_t id = 0;
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;   // log_softmax(logits / temperature)[token], as the trainer computes it
+  std::vector<int64_t> versions; // policy version that sampled each token
+  finish_reason finish = finish_reason::unfinished;
+};
+
+struct sampled_token {
+  int64_t token = 0;
+  float logprob = 0;  // under the full tempered distribution, not the truncated one
+};
+
+/// Samples from logits [vocab] with temperature, top-k, top-p or greedy.
+sampled_token sample_token(const at::Tensor& logits, const sampling_params& params, at::Generator& generator);
+
+struct engine_counters {
+  uint64_t steps = 0;
+  uint64_t decode_tokens = 0;      // tokens sampled
+  uint64_t prefill_tokens = 0;     // prompt tokens processed the first time
+  uint64_t reprefill_tokens = 0;   // tokens processed again after an interruption
+  uint64_t interruptions = 0;
+  double forward_seconds = 0;
+};
+
+class generation_engine {
+public:
+  generation_engine(policy_model& model, engine_config config, int64_t version = 0);
+
+  /// Queues a request. Throws std::invalid_argument when it cannot fit
+  /// (empty prompt, prompt + max_new_tokens above max_seq_len).
+  void submit(generation_job job);
+  /// One forward pass; returns the sequences that finished in it.
+  std::vector<generation_output> step();
+  /// Runs steps until every submitted request finished.
+  std::vector<generation_output> run_to_completion();
+  /// New weights (a flat buffer of the model's layout), applied at the next step boundary.
+  void update_weights(int64_t version, at::Tensor weights);
+  /// Ends every queued and running request now, with finish reason `aborted`.
+  std::vector<generation_output> abort_all();
+
+  size_t running() const { return active_.size(); }
+  size_t queued() const { return queue_.size(); }
+  bool idle() const { return active_.empty() && queue_.empty(); }
+  int64_t version() const { return version_; }
+  const engine_counters& counters() const { return counters_; }
+  const engine_config& config() const { return config_; }
+  /// The KV cache (slot i holds running sequence i), for tests and diagnostics.
+  const kv_cache& cache() const { return cache_; }
+
+private:
+  struct sequence {
+    generation_job job;
+    generation_output out;
+    int64_t fed = 0;  // tokens of prompt + output already in the cache
+    bool reprefill = false;
+    at::Generator generator;
+    int64_t total() const { return static_cast<int64_t>(job.prompt.size() + out.tokens.size()); }
+    int32_t token_at(int64_t i) const;
+  };
+  void apply_pending_update();
+  void admit();
+
+  policy_model& model_;
+  engine_config config_;
+  kv_cache cache_;
+  std::vector<sequence> active_;  // active_[i] occupies cache slot i
+  std::deque<generation_job> queue_;
+  int64_t version_;
+  std::optional<std::pair<int64_t, at::Tensor>> pending_update_;
+  engine_counters counters_;
+};
+
+}  // namespace areal::kernels

@@ -1,0 +1,99 @@
+// The policy: a decoder-only transformer of the Qwen2/Llama family on ATen.
+//
+//   tokens -> embed -> L x [ x += attn(rmsnorm(x)); x += swiglu(rmsnorm(x)) ] -> rmsnorm -> lm_head
+//   attention: grouped-query, rotary positions (Hugging Face convention), optional QKV bias,
+//   causal within each sequence; several sequences are packed without padding.
+//
+// All parameters live in one contiguous buffer (`flat()`) with a view per
+// Hugging Face tensor name, so that a weight update is one buffer plus its
+// layout, and gradients land in one buffer too. Two forward paths share the
+// same attention code: `forward` over whole packed sequences (training,
+// reference) and `forward_cached` over new tokens against a KV cache (generation).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "areal/kernels/model_config.hpp"
+#include "areal/kernels/safetensors.hpp"
+
+namespace areal::kernels {
+
+struct parameter_entry {
+  std::string name;  // Hugging Face name, e.g. model.layers.0.self_attn.q_proj.weight
+  std::vector<int64_t> shape;
+  int64_t offset = 0;  // in elements, into flat()
+  int64_t numel = 0;
+};
+
+/// Preallocated keys and values of `slots` sequences of up to `max_len` tokens.
+struct kv_cache {
+  kv_cache(const model_config& config, int64_t slots, int64_t max_len, at::TensorOptions options);
+  std::vector<at::Tensor> keys;    // per layer: [slots, kv_heads, max_len, head_dim]
+  std::vector<at::Tensor> values;  // same
+  std::vector<int64_t> length;     // tokens cached per slot
+  int64_t slots() const { return static_cast<int64_t>(length.size()); }
+  int64_t max_len() const { return keys.empty() ? 0 : keys[0].size(2); }
+  /// Copies slot `from` into slot `to` (compaction when a sequence leaves).
+  void move_slot(int64_t from, int64_t to);
+};
+
+/// New tokens of one generation step: segment i appends counts[i] tokens to slot slots[i].
+struct step_input {
+  std::vector<int64_t> tokens;  // all segments, packed
+  std::vector<int64_t> slots;
+  std::vector<int64_t> counts;
+};
+
+class policy_model {
+public:
+  explicit policy_model(model_config config, at::TensorOptions options = at::TensorOptions().dtype(at::kFloat));
+
+  const model_config& config() const { return config_; }
+  at::TensorOptions options() const { return flat_.options(); }
+  at::Tensor& flat() { return flat_; }
+  const at::Tensor& flat() const { return flat_; }
+  const std::vector<parameter_entry>& layout() const { return layout_; }
+  /// A view of one parameter (throws format_error for an unknown name).
+  at::Tensor parameter(const std::string& name) const;
+
+  /// Normal(0, std) matrices and biases, unit norms; the same seed gives the same weights.
+  void init_random(uint64_t seed, double std = 0.02);
+
+  /// Hugging Face layout: config.json plus model.safetensors (or shards with an index).
+  void save(const std::string& directory, uint64_t max_shard_bytes = 5ull << 30) const;
+  static policy_model load(const std::string& directory,
+                           at::TensorOptions options = at::TensorOptions().dtype(at::kFloat));
+  /// Copies named tensors into the parameters; `source` names them in errors.
+  void load_tensors(const tensor_map& tensors, const std::string& source);
+  tensor_map to_tensors() const;
+
+  /// Final hidden states [T, hidden] of packed whole sequences: tokens [T] (int64),
+  /// sequence i spans [cu_seqlens[i], cu_seqlens[i+1]). Differentiable.
+  at::Tensor forward(const at::Tensor& tokens, const std::vector<int64_t>& cu_seqlens) const;
+  /// Final hidden states [T, hidden] of the step's new tokens; appends their keys
+  /// and values to the cache. Not differentiable (generation only).
+  at::Tensor forward_cached(kv_cache& cache, const step_input& input) const;
+  /// Logits [.., vocab] of hidden states.
+  at::Tensor logits(const at::Tensor& hidden) const;
+
+private:
+  struct layer_views {
+    at::Tensor input_norm, q_w, q_b, k_w, k_b, v_w, v_b, o_w, post_norm, gate_w, up_w, down_w;
+  };
+  void bind_views();
+  at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight) const;
+  at::Tensor rotate(const at::Tensor& x, const at::Tensor& positions) const;
+
+  model_config config_;
+  at::Tensor flat_;
+  std::vector<parameter_entry> layout_;
+  at::Tensor embed_, final_norm_, lm_head_;
+  std::vector<layer_views> layers_;
+  at::Tensor rope_cos_, rope_sin_;  // [max_position_embeddings, head_dim], float32
+};
+
+}  // namespace areal::kernels

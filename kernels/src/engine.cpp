@@ -1,0 +1,225 @@
+#include "areal/kernels/engine.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+
+namespace areal::kernels {
+
+sampled_token sample_token(const at::Tensor& logits, const sampling_params& params, at::Generator& generator) {
+  auto row = logits.to(at::kFloat).to(at::kCPU).view({-1});
+  double temperature = params.temperature > 0 ? params.temperature : 1.0;
+  auto logp = at::log_softmax(row.div(temperature), -1);
+  int64_t token;
+  if (params.greedy || params.temperature <= 0) {
+    token = logp.argmax().item<int64_t>();
+  } else {
+    auto vocab = logp.size(0);
+    at::Tensor candidates;  // token ids, most probable first when truncated
+    at::Tensor weights;
+    if (params.top_k > 0 && params.top_k < static_cast<uint32_t>(vocab)) {
+      auto top = at::topk(logp, params.top_k);
+      weights = std::get<0>(top).exp();
+      candidates = std::get<1>(top);
+    } else if (params.top_p < 1.0f) {
+      auto sorted = at::sort(logp, -1, true);
+      weights = std::get<0>(sorted).exp();
+      candidates = std::get<1>(sorted);
+    } else {
+      weights = logp.exp();
+    }
+    if (params.top_p < 1.0f) {
+      if (!candidates.defined()) {
+        auto sorted = at::sort(logp, -1, true);
+        weights = std::get<0>(sorted).exp();
+        candidates = std::get<1>(sorted);
+      }
+      // Keep the smallest prefix whose mass (after any top-k cut, renormalized)
+      // reaches top_p; the token crossing it is included.
+      weights = weights / weights.sum();
+      auto mass_before = weights.cumsum(0) - weights;
+      auto keep = mass_before.lt(params.top_p);
+      weights = weights * keep.to(at::kFloat);
+    }
+    auto pick = at::multinomial(weights, 1, false, generator).item<int64_t>();
+    token = candidates.defined() ? candidates[pick].item<int64_t>() : pick;
+  }
+  return {token, logp[token].item<float>()};
+}
+
+int32_t generation_engine::sequence::token_at(int64_t i) const {
+  auto prompt = static_cast<int64_t>(job.prompt.size());
+  return i < prompt ? job.prompt[static_cast<size_t>(i)] : out.tokens[static_cast<size_t>(i - prompt)];
+}
+
+generation_engine::generation_engine(policy_model& model, engine_config config, int64_t version)
+  : model_(model),
+    config_(config),
+    cache_(model.config(), config.slots, std::min(config.max_seq_len, model.config().max_position_embeddings),
+           model.options()),
+    version_(version) {
+  if (config_.slots <= 0 || config_.prefill_chunk <= 0 || config_.max_seq_len <= 1)
+    throw std::invalid_argument("engine: slots, prefill_chunk and max_seq_len must be positive");
+  active_.reserve(static_cast<size_t>(config_.slots));
+}
+
+void generation_engine::submit(generation_job job) {
+  if (job.prompt.empty())
+    throw std::invalid_argument("request " + std::to_string(job.id) + ": empty prompt");
+  auto need = static_cast<int64_t>(job.prompt.size()) + job.sampling.max_new_tokens;
+  if (need > cache_.max_len())
+    throw std::invalid_argument("request " + std::to_string(job.id) + ": prompt (" + std::to_string(job.prompt.size())
+                                + ") + max_new_tokens (" + std::to_string(job.sampling.max_new_tokens)
+                                + ") exceeds the engine's max_seq_len " + std::to_string(cache_.max_len()));
+  for (auto t : job.prompt)
+    if (t < 0 || t >= model_.config().vocab_size)
+      throw std::invalid_argument("request " + std::to_string(job.id) + ": token " + std::to_string(t)
+                                  + " outside the vocabulary");
+  queue_.push_back(std::move(job));
+}
+
+void generation_engine::update_weights(int64_t version, at::Tensor weights) {
+  if (weights.numel() != model_.flat().numel())
+    throw std::invalid_argument("update_weights: " + std::to_string(weights.numel()) + " values for a model of "
+                                + std::to_string(model_.flat().numel()) + " parameters");
+  pending_update_ = std::make_pair(version, std::move(weights));
+}
+
+void generation_engine::apply_pending_update() {
+  if (!pending_update_)
+    return;
+  if (!config_.interrupt_on_update && !active_.empty())
+    return;  // waiting mode: the swap happens once the in-flight sequences are done
+  {
+    at::NoGradGuard no_grad;
+    model_.flat().copy_(pending_update_->second);
+  }
+  version_ = pending_update_->first;
+  pending_update_.reset();
+  if (!active_.empty())
+    counters_.interruptions++;
+  for (size_t slot = 0; slot < active_.size(); ++slot) {
+    active_[slot].fed = 0;  // caches dropped: recomputed with the new weights
+    active_[slot].reprefill = true;
+    cache_.length[slot] = 0;
+  }
+}
+
+void generation_engine::admit() {
+  bool waiting_for_swap = pending_update_.has_value() && !config_.interrupt_on_update;
+  while (!waiting_for_swap && !queue_.empty() && static_cast<int64_t>(active_.size()) < config_.slots) {
+    sequence s;
+    s.job = std::move(queue_.front());
+    queue_.pop_front();
+    s.out.id = s.job.id;
+    s.out.prompt = s.job.prompt;
+    s.generator = at::make_generator<at::CPUGeneratorImpl>(s.job.seed);
+    cache_.length[active_.size()] = 0;
+    active_.push_back(std::move(s));
+  }
+}
+
+std::vector<generation_output> generation_engine::step() {
+  apply_pending_update();
+  admit();
+  std::vector<generation_output> finished;
+  if (active_.empty())
+    return finished;
+
+  // One token per decoding sequence; prompt chunks for the others, oldest first.
+  step_input input;
+  std::vector<size_t> ready;         // sequences that consume their last pending token now
+  std::vector<int64_t> ready_rows;   // row of that token in the step
+  int64_t budget = config_.prefill_chunk, row = 0;
+  for (size_t slot = 0; slot < active_.size(); ++slot) {
+    auto& s = active_[slot];
+    auto pending = s.total() - s.fed;
+    auto count = pending == 1 ? int64_t{1} : std::min(pending, budget);
+    if (count <= 0)
+      continue;
+    if (pending > 1)
+      budget -= count;
+    for (int64_t i = 0; i < count; ++i)
+      input.tokens.push_back(s.token_at(s.fed + i));
+    input.slots.push_back(static_cast<int64_t>(slot));
+    input.counts.push_back(count);
+    if (pending > 1)
+      (s.reprefill ? counters_.reprefill_tokens : counters_.prefill_tokens) += static_cast<uint64_t>(count);
+    s.fed += count;
+    row += count;
+    if (s.fed == s.total()) {
+      ready.push_back(slot);
+      ready_rows.push_back(row - 1);
+    }
+  }
+  auto start = std::chrono::steady_clock::now();
+  auto hidden = model_.forward_cached(cache_, input);
+  counters_.steps++;
+  if (!ready.empty()) {
+    at::NoGradGuard no_grad;
+    auto rows = at::tensor(ready_rows, at::TensorOptions().dtype(at::kLong)).to(hidden.device());
+    auto logits = model_.logits(hidden.index_select(0, rows)).to(at::kFloat).to(at::kCPU);
+    for (size_t i = 0; i < ready.size(); ++i) {
+      auto& s = active_[ready[i]];
+      s.reprefill = false;
+      auto pick = sample_token(logits[static_cast<int64_t>(i)], s.job.sampling, s.generator);
+      s.out.tokens.push_back(static_cast<int32_t>(pick.token));
+      s.out.logprobs.push_back(pick.logprob);
+      s.out.versions.push_back(version_);
+      counters_.decode_tokens++;
+      auto& stops = s.job.sampling.stop_tokens;
+      if (std::find(stops.begin(), stops.end(), static_cast<int32_t>(pick.token)) != stops.end())
+        s.out.finish = finish_reason::stop;
+      else if (s.out.tokens.size() >= s.job.sampling.max_new_tokens)
+        s.out.finish = finish_reason::length;
+    }
+  }
+  counters_.forward_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  // Finished sequences leave; the last slot moves into each hole (highest holes first).
+  for (size_t slot = active_.size(); slot-- > 0;) {
+    if (active_[slot].out.finish == finish_reason::unfinished)
+      continue;
+    finished.push_back(std::move(active_[slot].out));
+    auto last = active_.size() - 1;
+    if (slot != last) {
+      cache_.move_slot(static_cast<int64_t>(last), static_cast<int64_t>(slot));
+      active_[slot] = std::move(active_[last]);
+    }
+    cache_.length[last] = 0;
+    active_.pop_back();
+  }
+  return finished;
+}
+
+std::vector<generation_output> generation_engine::run_to_completion() {
+  std::vector<generation_output> all;
+  while (!idle()) {
+    auto done = step();
+    all.insert(all.end(), std::make_move_iterator(done.begin()), std::make_move_iterator(done.end()));
+  }
+  return all;
+}
+
+std::vector<generation_output> generation_engine::abort_all() {
+  std::vector<generation_output> out;
+  for (auto& s : active_) {
+    s.out.finish = finish_reason::aborted;
+    out.push_back(std::move(s.out));
+  }
+  active_.clear();
+  std::fill(cache_.length.begin(), cache_.length.end(), 0);
+  for (auto& job : queue_) {
+    generation_output o;
+    o.id = job.id;
+    o.prompt = job.prompt;
+    o.finish = finish_reason::aborted;
+    out.push_back(std::move(o));
+  }
+  queue_.clear();
+  return out;
+}
+
+}  // namespace areal::kernels

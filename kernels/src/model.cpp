@@ -1,0 +1,387 @@
+#include "areal/kernels/model.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <filesystem>
+#include <fstream>
+
+namespace areal::kernels {
+
+namespace {
+
+at::ScalarType to_scalar_type(dtype t, const std::string& where) {
+  switch (t) {
+    case dtype::f32: return at::kFloat;
+    case dtype::bf16: return at::kBFloat16;
+    case dtype::f16: return at::kHalf;
+    default: throw format_error(where + ": dtype " + std::string{to_string(t)} + " cannot hold model weights");
+  }
+}
+
+dtype to_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kBFloat16: return dtype::bf16;
+    case at::kHalf: return dtype::f16;
+    default: return dtype::f32;
+  }
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+// Scaled dot-product attention of `count` new query tokens against `past + count`
+// keys, causal: query t sees keys 0 .. past + t.
+//   q [count, kv_heads, group, head_dim]; k, v [kv_heads, past + count, head_dim]
+//   returns [count, kv_heads * group * head_dim]
+at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t past, double scale) {
+  auto count = q.size(0), kv_heads = q.size(1), group = q.size(2), head_dim = q.size(3);
+  auto keys = k.size(1);
+  auto qh = q.permute({1, 0, 2, 3}).reshape({kv_heads, count * group, head_dim});  // row = t * group + g
+  auto scores = at::matmul(qh, k.transpose(1, 2)).mul_(scale);                      // [kv, count*group, keys]
+  if (count > 1) {
+    auto query_pos = at::arange(count, at::TensorOptions().dtype(at::kLong).device(q.device())).add_(past);
+    auto key_pos = at::arange(keys, at::TensorOptions().dtype(at::kLong).device(q.device()));
+    auto future = key_pos.unsqueeze(0).gt(query_pos.unsqueeze(1)).repeat_interleave(group, 0);  // [count*group, keys]
+    scores.masked_fill_(future.unsqueeze(0), -std::numeric_limits<float>::infinity());
+  }
+  auto probs = at::softmax(scores, -1, at::kFloat).to(v.scalar_type());
+  auto out = at::matmul(probs, v);  // [kv, count*group, head_dim]
+  return out.view({kv_heads, count, group, head_dim}).permute({1, 0, 2, 3}).reshape({count, kv_heads * group * head_dim});
+}
+
+}  // namespace
+
+// -- kv cache -----------------------------------------------------------------
+
+kv_cache::kv_cache(const model_config& config, int64_t slots, int64_t max_len, at::TensorOptions options) {
+  for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
+    keys.push_back(at::zeros({slots, config.num_key_value_heads, max_len, config.head_dim()}, options));
+    values.push_back(at::zeros({slots, config.num_key_value_heads, max_len, config.head_dim()}, options));
+  }
+  length.assign(static_cast<size_t>(slots), 0);
+}
+
+void kv_cache::move_slot(int64_t from, int64_t to) {
+  if (from == to)
+    return;
+  auto n = length[static_cast<size_t>(from)];
+  for (size_t l = 0; l < keys.size(); ++l) {
+    keys[l][to].narrow(1, 0, n).copy_(keys[l][from].narrow(1, 0, n));
+    values[l][to].narrow(1, 0, n).copy_(values[l][from].narrow(1, 0, n));
+  }
+  length[static_cast<size_t>(to)] = n;
+  length[static_cast<size_t>(from)] = 0;
+}
+
+// -- parameters -----------------------------------------------------------------
+
+policy_model::policy_model(model_config config, at::TensorOptions options) : config_(std::move(config)) {
+  config_.validate("model configuration");
+  auto h = config_.hidden_size, d = config_.head_dim();
+  auto q = config_.num_attention_heads * d, kv = config_.num_key_value_heads * d, inter = config_.intermediate_size;
+  int64_t offset = 0;
+  auto add = [&](std::string name, std::vector<int64_t> shape) {
+    int64_t n = 1;
+    for (auto s : shape)
+      n *= s;
+    layout_.push_back({std::move(name), std::move(shape), offset, n});
+    offset += n;
+  };
+  add("model.embed_tokens.weight", {config_.vocab_size, h});
+  for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
+    auto p = "model.layers." + std::to_string(l) + ".";
+    add(p + "input_layernorm.weight", {h});
+    add(p + "self_attn.q_proj.weight", {q, h});
+    if (config_.attention_bias)
+      add(p + "self_attn.q_proj.bias", {q});
+    add(p + "self_attn.k_proj.weight", {kv, h});
+    if (config_.attention_bias)
+      add(p + "self_attn.k_proj.bias", {kv});
+    add(p + "self_attn.v_proj.weight", {kv, h});
+    if (config_.attention_bias)
+      add(p + "self_attn.v_proj.bias", {kv});
+    add(p + "self_attn.o_proj.weight", {h, q});
+    add(p + "post_attention_layernorm.weight", {h});
+    add(p + "mlp.gate_proj.weight", {inter, h});
+    add(p + "mlp.up_proj.weight", {inter, h});
+    add(p + "mlp.down_proj.weight", {h, inter});
+  }
+  add("model.norm.weight", {h});
+  if (!config_.tie_word_embeddings)
+    add("lm_head.weight", {config_.vocab_size, h});
+  flat_ = at::zeros({offset}, options);
+  bind_views();
+
+  // Rotary tables, Hugging Face convention: inv_freq_i = theta^(-2i/d), angles duplicated over both halves.
+  auto fopts = at::TensorOptions().dtype(at::kFloat).device(options.device());
+  auto inv_freq = at::pow(config_.rope_theta, at::arange(0, d, 2, fopts).div(static_cast<double>(d))).reciprocal();
+  auto positions = at::arange(config_.max_position_embeddings, fopts);
+  auto angles = at::outer(positions, inv_freq);
+  auto emb = at::cat({angles, angles}, -1);
+  rope_cos_ = emb.cos();
+  rope_sin_ = emb.sin();
+}
+
+void policy_model::bind_views() {
+  std::map<std::string, at::Tensor> views;
+  for (auto& e : layout_)
+    views[e.name] = flat_.narrow(0, e.offset, e.numel).view(e.shape);
+  embed_ = views["model.embed_tokens.weight"];
+  final_norm_ = views["model.norm.weight"];
+  lm_head_ = config_.tie_word_embeddings ? embed_ : views["lm_head.weight"];
+  layers_.clear();
+  for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
+    auto p = "model.layers." + std::to_string(l) + ".";
+    layer_views v;
+    v.input_norm = views[p + "input_layernorm.weight"];
+    v.q_w = views[p + "self_attn.q_proj.weight"];
+    v.k_w = views[p + "self_attn.k_proj.weight"];
+    v.v_w = views[p + "self_attn.v_proj.weight"];
+    if (config_.attention_bias) {
+      v.q_b = views[p + "self_attn.q_proj.bias"];
+      v.k_b = views[p + "self_attn.k_proj.bias"];
+      v.v_b = views[p + "self_attn.v_proj.bias"];
+    }
+    v.o_w = views[p + "self_attn.o_proj.weight"];
+    v.post_norm = views[p + "post_attention_layernorm.weight"];
+    v.gate_w = views[p + "mlp.gate_proj.weight"];
+    v.up_w = views[p + "mlp.up_proj.weight"];
+    v.down_w = views[p + "mlp.down_proj.weight"];
+    layers_.push_back(v);
+  }
+}
+
+at::Tensor policy_model::parameter(const std::string& name) const {
+  for (auto& e : layout_)
+    if (e.name == name)
+      return flat_.narrow(0, e.offset, e.numel).view(e.shape);
+  throw format_error("no parameter named \"" + name + "\" in this model");
+}
+
+void policy_model::init_random(uint64_t seed, double std) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  at::NoGradGuard no_grad;
+  auto cpu = at::empty({flat_.numel()}, at::kFloat);
+  for (auto& e : layout_) {
+    auto view = cpu.narrow(0, e.offset, e.numel);
+    if (e.name.find("norm.weight") != std::string::npos)
+      view.fill_(1.0);
+    else  // matrices, and biases too: non-zero biases keep them visible to tests
+      view.normal_(0.0, std, gen);
+  }
+  flat_.copy_(cpu);
+}
+
+void policy_model::load_tensors(const tensor_map& tensors, const std::string& source) {
+  at::NoGradGuard no_grad;
+  for (auto& e : layout_) {
+    auto it = tensors.find(e.name);
+    if (it == tensors.end())
+      throw format_error(source + ": tensor \"" + e.name + "\" is missing (the config describes a model with it)");
+    auto& t = it->second;
+    if (t.shape != e.shape)
+      throw format_error(source + ": tensor \"" + e.name + "\" has shape " + shape_text(t.shape) + ", the config needs "
+                         + shape_text(e.shape));
+    auto type = to_scalar_type(t.type, source + ": tensor \"" + e.name + "\"");
+    auto blob = at::from_blob(const_cast<char*>(t.data.data()), {e.numel}, at::TensorOptions().dtype(type));
+    flat_.narrow(0, e.offset, e.numel).copy_(blob);
+  }
+  for (auto& [name, t] : tensors) {
+    bool known = std::any_of(layout_.begin(), layout_.end(), [&](auto& e) { return e.name == name; });
+    bool harmless = (name == "lm_head.weight" && config_.tie_word_embeddings)
+                    || name.find("rotary_emb.inv_freq") != std::string::npos;
+    if (!known && !harmless)
+      throw format_error(source + ": unexpected tensor \"" + name + "\": the config does not describe it (wrong config.json?)");
+  }
+}
+
+tensor_map policy_model::to_tensors() const {
+  tensor_map out;
+  auto cpu = flat_.detach().to(at::kCPU).contiguous();
+  auto element = cpu.element_size();
+  for (auto& e : layout_) {
+    stored_tensor t;
+    t.type = to_dtype(cpu.scalar_type());
+    t.shape = e.shape;
+    auto begin = static_cast<const char*>(cpu.data_ptr()) + e.offset * element;
+    t.data.assign(begin, begin + e.numel * element);
+    out.emplace(e.name, std::move(t));
+  }
+  return out;
+}
+
+void policy_model::save(const std::string& directory, uint64_t max_shard_bytes) const {
+  std::filesystem::create_directories(directory);
+  write_checkpoint(directory, to_tensors(), max_shard_bytes);
+  auto path = (std::filesystem::path{directory} / "config.json").string();
+  std::ofstream(path) << to_config_json(config_);
+}
+
+policy_model policy_model::load(const std::string& directory, at::TensorOptions options) {
+  auto config = load_model_config((std::filesystem::path{directory} / "config.json").string());
+  policy_model model(config, options);
+  model.load_tensors(read_checkpoint(directory), directory);
+  return model;
+}
+
+// -- forward --------------------------------------------------------------------
+
+at::Tensor policy_model::rms_norm(const at::Tensor& x, const at::Tensor& weight) const {
+  auto xf = x.to(at::kFloat);
+  auto normed = xf * at::rsqrt(xf.pow(2).mean(-1, true).add_(config_.rms_norm_eps));
+  return normed.to(x.scalar_type()) * weight;
+}
+
+// x [T, heads, head_dim] rotated by the angles of `positions` [T].
+at::Tensor policy_model::rotate(const at::Tensor& x, const at::Tensor& positions) const {
+  auto cos = rope_cos_.index_select(0, positions).unsqueeze(1).to(x.scalar_type());
+  auto sin = rope_sin_.index_select(0, positions).unsqueeze(1).to(x.scalar_type());
+  auto half = x.size(-1) / 2;
+  auto rotated = at::cat({x.narrow(-1, half, half).neg(), x.narrow(-1, 0, half)}, -1);
+  return x * cos + rotated * sin;
+}
+
+at::Tensor policy_model::forward(const at::Tensor& tokens, const std::vector<int64_t>& cu_seqlens) const {
+  auto total = tokens.size(0);
+  if (cu_seqlens.size() < 2 || cu_seqlens.front() != 0 || cu_seqlens.back() != total)
+    throw std::invalid_argument("cu_seqlens must run from 0 to the number of tokens");
+  auto d = config_.head_dim(), kv_heads = config_.num_key_value_heads;
+  auto group = config_.num_attention_heads / kv_heads;
+  double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  std::vector<int64_t> pos;
+  pos.reserve(static_cast<size_t>(total));
+  for (size_t s = 0; s + 1 < cu_seqlens.size(); ++s)
+    for (int64_t p = 0; p < cu_seqlens[s + 1] - cu_seqlens[s]; ++p)
+      pos.push_back(p);
+  if (!pos.empty() && *std::max_element(pos.begin(), pos.end()) >= config_.max_position_embeddings)
+    throw std::invalid_argument("a sequence is longer than max_position_embeddings");
+  auto positions = at::tensor(pos, at::TensorOptions().dtype(at::kLong)).to(flat_.device());
+  auto x = embed_.index_select(0, tokens.to(flat_.device()));
+  for (auto& layer : layers_) {
+    auto h = rms_norm(x, layer.input_norm);
+    auto q = rotate(at::linear(h, layer.q_w, layer.q_b).view({total, -1, d}), positions);
+    auto k = rotate(at::linear(h, layer.k_w, layer.k_b).view({total, kv_heads, d}), positions);
+    auto v = at::linear(h, layer.v_w, layer.v_b).view({total, kv_heads, d});
+    std::vector<at::Tensor> outs;
+    for (size_t s = 0; s + 1 < cu_seqlens.size(); ++s) {
+      auto begin = cu_seqlens[s], count = cu_seqlens[s + 1] - begin;
+      if (count == 0)
+        continue;
+      auto qs = q.narrow(0, begin, count).view({count, kv_heads, group, d});
+      auto ks = k.narrow(0, begin, count).permute({1, 0, 2});
+      auto vs = v.narrow(0, begin, count).permute({1, 0, 2});
+      outs.push_back(attend(qs, ks, vs, 0, scale));
+    }
+    x = x + at::linear(at::cat(outs, 0), layer.o_w);
+    auto m = rms_norm(x, layer.post_norm);
+    x = x + at::linear(at::silu(at::linear(m, layer.gate_w)) * at::linear(m, layer.up_w), layer.down_w);
+  }
+  return rms_norm(x, final_norm_);
+}
+
+at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input) const {
+  at::NoGradGuard no_grad;
+  auto total = static_cast<int64_t>(input.tokens.size());
+  auto d = config_.head_dim(), kv_heads = config_.num_key_value_heads;
+  auto group = config_.num_attention_heads / kv_heads;
+  double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  auto device = flat_.device();
+  auto long_opts = at::TensorOptions().dtype(at::kLong);
+
+  // Where each new token goes: its slot and position; which segments are single-token decodes.
+  std::vector<int64_t> slot_of, pos_of, decode_rows, decode_slots;
+  std::vector<size_t> prefill_segments;
+  std::vector<int64_t> segment_start;
+  int64_t row = 0, decode_range = 0, decode_len = 0;
+  for (size_t i = 0; i < input.slots.size(); ++i) {
+    auto slot = input.slots[i], count = input.counts[i], past = cache.length[static_cast<size_t>(slot)];
+    if (past + count > cache.max_len() || past + count > config_.max_position_embeddings)
+      throw std::invalid_argument("slot " + std::to_string(slot) + " would exceed the cache length");
+    segment_start.push_back(row);
+    for (int64_t t = 0; t < count; ++t) {
+      slot_of.push_back(slot);
+      pos_of.push_back(past + t);
+    }
+    if (count == 1) {
+      decode_rows.push_back(row);
+      decode_slots.push_back(slot);
+      decode_range = std::max(decode_range, slot + 1);
+      decode_len = std::max(decode_len, past + 1);
+    } else {
+      prefill_segments.push_back(i);
+    }
+    row += count;
+  }
+  auto tokens = at::tensor(input.tokens, long_opts).to(device);
+  auto positions = at::tensor(pos_of, long_opts).to(device);
+  auto slot_index = at::tensor(slot_of, long_opts).to(device);
+  at::Tensor decode_row_index, decode_slot_index, decode_mask;
+  if (!decode_rows.empty()) {
+    decode_row_index = at::tensor(decode_rows, long_opts).to(device);
+    decode_slot_index = at::tensor(decode_slots, long_opts).to(device);
+    // Keys beyond each decoding slot's length are masked; slots in the range that do
+    // not decode this step attend to position 0 only (their rows are discarded).
+    std::vector<int64_t> lens(static_cast<size_t>(decode_range), 1);
+    for (size_t i = 0; i < decode_slots.size(); ++i)
+      lens[static_cast<size_t>(decode_slots[i])] = cache.length[static_cast<size_t>(decode_slots[i])] + 1;
+    auto len_t = at::tensor(lens, long_opts).to(device);
+    decode_mask = at::arange(decode_len, long_opts.device(device)).unsqueeze(0).ge(len_t.unsqueeze(1));  // [range, L]
+    decode_mask = decode_mask.view({decode_range, 1, 1, decode_len});
+  }
+
+  auto x = embed_.index_select(0, tokens);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    auto& layer = layers_[l];
+    auto& ck = cache.keys[l];
+    auto& cv = cache.values[l];
+    auto h = rms_norm(x, layer.input_norm);
+    auto q = rotate(at::linear(h, layer.q_w, layer.q_b).view({total, -1, d}), positions);
+    auto k = rotate(at::linear(h, layer.k_w, layer.k_b).view({total, kv_heads, d}), positions);
+    auto v = at::linear(h, layer.v_w, layer.v_b).view({total, kv_heads, d});
+    // Append to the cache: cache[slot, :, pos] = k[row].
+    ck.index_put_({slot_index, at::indexing::Slice(), positions}, k);
+    cv.index_put_({slot_index, at::indexing::Slice(), positions}, v);
+    auto attn = at::empty({total, config_.num_attention_heads * d}, x.options());
+    if (!decode_rows.empty()) {
+      // All single-token decodes at once over slots [0, decode_range).
+      auto qd = at::zeros({decode_range, config_.num_attention_heads, d}, q.options());
+      qd.index_copy_(0, decode_slot_index, q.index_select(0, decode_row_index));
+      qd = qd.view({decode_range, kv_heads, group, d});
+      auto keys = ck.narrow(0, 0, decode_range).narrow(2, 0, decode_len);      // [range, kv, L, d]
+      auto vals = cv.narrow(0, 0, decode_range).narrow(2, 0, decode_len);
+      auto scores = at::matmul(qd, keys.transpose(2, 3)).mul_(scale);        // [range, kv, group, L]
+      scores.masked_fill_(decode_mask, -std::numeric_limits<float>::infinity());
+      auto probs = at::softmax(scores, -1, at::kFloat).to(vals.scalar_type());
+      auto out = at::matmul(probs, vals).view({decode_range, -1});             // [range, heads*d]
+      attn.index_copy_(0, decode_row_index, out.index_select(0, decode_slot_index));
+    }
+    for (auto i : prefill_segments) {
+      auto slot = input.slots[i], count = input.counts[i], start = segment_start[i];
+      auto past = cache.length[static_cast<size_t>(slot)];
+      auto qs = q.narrow(0, start, count).view({count, kv_heads, group, d});
+      auto keys = ck[slot].narrow(1, 0, past + count);
+      auto vals = cv[slot].narrow(1, 0, past + count);
+      attn.narrow(0, start, count).copy_(attend(qs, keys, vals, past, scale));
+    }
+    x = x + at::linear(attn, layer.o_w);
+    auto m = rms_norm(x, layer.post_norm);
+    x = x + at::linear(at::silu(at::linear(m, layer.gate_w)) * at::linear(m, layer.up_w), layer.down_w);
+  }
+  for (size_t i = 0; i < input.slots.size(); ++i)
+    cache.length[static_cast<size_t>(input.slots[i])] += input.counts[i];
+  return rms_norm(x, final_norm_);
+}
+
+at::Tensor policy_model::logits(const at::Tensor& hidden) const {
+  return at::linear(hidden, lm_head_);
+}
+
+}  // namespace areal::kernels

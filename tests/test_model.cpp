@@ -1,0 +1,225 @@
+// The policy model and its formats: cached decoding equals the full forward,
+// Hugging Face checkpoints round-trip bit-exactly, bad files are refused with
+// the file and tensor named.
+#include <filesystem>
+#include <fstream>
+
+#include "areal/kernels/model.hpp"
+#include "torch_doctest.hpp"
+
+using namespace areal;
+using namespace areal::kernels;
+namespace fs = std::filesystem;
+
+namespace {
+
+model_config small_config(const std::string& type, bool tied, int64_t heads, int64_t kv_heads) {
+  model_config c;
+  c.model_type = type;
+  c.attention_bias = type == "qwen2";
+  c.vocab_size = 40;
+  c.hidden_size = 64;
+  c.intermediate_size = 96;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = heads;
+  c.num_key_value_heads = kv_heads;
+  c.max_position_embeddings = 128;
+  c.rope_theta = 10000;
+  c.tie_word_embeddings = tied;
+  return c;
+}
+
+std::vector<int64_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
+  std::vector<int64_t> out;
+  uint64_t x = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+  for (int64_t i = 0; i < n; ++i) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    out.push_back(static_cast<int64_t>((x >> 33) % static_cast<uint64_t>(vocab)));
+  }
+  return out;
+}
+
+struct scratch {
+  fs::path path;
+  explicit scratch(const std::string& name) : path(fs::temp_directory_path() / ("areal-model-" + name + "-" + std::to_string(::getpid()))) {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~scratch() { fs::remove_all(path); }
+};
+
+}  // namespace
+
+TEST_CASE("KV-cached decoding equals the full forward at every position") {
+  for (auto [type, tied, heads, kv] : {std::tuple{"qwen2", true, 4, 2}, std::tuple{"qwen2", false, 4, 4},
+                                       std::tuple{"llama", false, 4, 1}, std::tuple{"llama", true, 8, 2}}) {
+    INFO(type << " tied=" << tied << " heads=" << heads << " kv=" << kv);
+    auto config = small_config(type, tied, heads, kv);
+    policy_model model(config);
+    model.init_random(7, 0.1);
+    // Three sequences of different lengths, fed in different chunkings in shared steps.
+    std::vector<std::vector<int64_t>> seqs = {random_tokens(23, 40, 1), random_tokens(17, 40, 2), random_tokens(30, 40, 3)};
+    std::vector<std::vector<int64_t>> chunks = {{7}, {1}, {3, 3, 3}};  // then one token at a time
+    std::vector<int64_t> flat_tokens, cu{0};
+    for (auto& s : seqs) {
+      flat_tokens.insert(flat_tokens.end(), s.begin(), s.end());
+      cu.push_back(cu.back() + static_cast<int64_t>(s.size()));
+    }
+    auto full = model.logits(model.forward(at::tensor(flat_tokens), cu));
+
+    kv_cache cache(config, 4, 64, model.options());
+    std::vector<size_t> fed(3, 0), chunk_index(3, 0);
+    std::vector<std::vector<at::Tensor>> cached(3);
+    while (fed[0] < seqs[0].size() || fed[1] < seqs[1].size() || fed[2] < seqs[2].size()) {
+      step_input in;
+      std::vector<std::pair<size_t, int64_t>> parts;
+      for (size_t s = 0; s < 3; ++s) {
+        if (fed[s] == seqs[s].size())
+          continue;
+        int64_t count = chunk_index[s] < chunks[s].size() ? chunks[s][chunk_index[s]++] : 1;
+        count = std::min<int64_t>(count, static_cast<int64_t>(seqs[s].size() - fed[s]));
+        for (int64_t i = 0; i < count; ++i)
+          in.tokens.push_back(seqs[s][fed[s] + static_cast<size_t>(i)]);
+        in.slots.push_back(static_cast<int64_t>(s) == 1 ? 3 : static_cast<int64_t>(s));  // a gap: slot 2 idle at times
+        in.counts.push_back(count);
+        parts.emplace_back(s, count);
+        fed[s] += static_cast<size_t>(count);
+      }
+      auto logits = model.logits(model.forward_cached(cache, in));
+      int64_t row = 0;
+      for (auto [s, count] : parts) {
+        for (int64_t i = 0; i < count; ++i)
+          cached[s].push_back(logits[row + i]);
+        row += count;
+      }
+    }
+    double worst = 0;
+    for (size_t s = 0; s < 3; ++s) {
+      auto mine = at::stack(cached[s]);
+      auto reference = full.narrow(0, cu[s], cu[s + 1] - cu[s]);
+      worst = std::max(worst, (mine - reference).abs().max().item<double>());
+    }
+    CHECK(worst <= 1e-4);
+  }
+}
+
+TEST_CASE("a sharded Hugging Face checkpoint round-trips bit-exactly and gives the same logits") {
+  scratch dir{"ckpt"};
+  auto config = small_config("qwen2", false, 4, 2);
+  policy_model model(config);
+  model.init_random(3, 0.05);
+  model.save(dir.path.string(), 40000);  // small shards: several files and an index
+  CHECK(fs::exists(dir.path / "model.safetensors.index.json"));
+  int shards = 0;
+  for (auto& entry : fs::directory_iterator(dir.path))
+    shards += entry.path().extension() == ".safetensors";
+  CHECK(shards >= 3);
+  CHECK_FALSE(fs::exists(dir.path / "model.safetensors"));
+  auto loaded = policy_model::load(dir.path.string());
+  CHECK(at::equal(loaded.flat(), model.flat()));
+  auto tokens = at::tensor(random_tokens(12, 40, 9));
+  CHECK(at::equal(loaded.logits(loaded.forward(tokens, {0, 12})), model.logits(model.forward(tokens, {0, 12}))));
+  CHECK(loaded.config().num_key_value_heads == 2);
+  CHECK(model.config().parameter_count() == model.flat().numel());
+  // Names are the Hugging Face ones.
+  auto tensors = read_checkpoint(dir.path.string());
+  CHECK(tensors.count("model.layers.1.self_attn.k_proj.bias") == 1);
+  CHECK(tensors.count("lm_head.weight") == 1);
+}
+
+TEST_CASE("bf16 and f16 weights load into an fp32 model") {
+  scratch dir{"bf16"};
+  auto config = small_config("llama", true, 4, 2);
+  policy_model model(config);
+  model.init_random(4, 0.05);
+  auto tensors = model.to_tensors();
+  for (auto type : {at::kBFloat16, at::kHalf}) {
+    tensor_map converted;
+    for (auto& [name, t] : tensors) {
+      auto values = at::from_blob(const_cast<char*>(t.data.data()), {t.numel()}, at::kFloat).to(type).contiguous();
+      stored_tensor c{type == at::kBFloat16 ? dtype::bf16 : dtype::f16, t.shape, {}};
+      auto bytes = static_cast<const char*>(values.data_ptr());
+      c.data.assign(bytes, bytes + values.numel() * 2);
+      converted.emplace(name, std::move(c));
+    }
+    write_safetensors((dir.path / "model.safetensors").string(), converted);
+    std::ofstream(dir.path / "config.json") << to_config_json(config);
+    auto loaded = policy_model::load(dir.path.string());
+    CHECK((loaded.flat() - model.flat()).abs().max().item<double>() < 1e-3);
+  }
+}
+
+TEST_CASE("corrupt or mismatched checkpoints are refused naming the file and tensor") {
+  scratch dir{"corrupt"};
+  auto config = small_config("qwen2", true, 4, 2);
+  policy_model model(config);
+  model.init_random(5);
+  model.save(dir.path.string());
+  auto file = (dir.path / "model.safetensors").string();
+  auto expect_error = [&](const std::string& part) {
+    try {
+      policy_model::load(dir.path.string());
+      FAIL("loaded a broken checkpoint");
+    } catch (const format_error& e) {
+      INFO(e.what());
+      CHECK(std::string{e.what()}.find(part) != std::string::npos);
+    }
+  };
+  auto original = [&] {
+    std::ifstream in(file, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }();
+  SUBCASE("truncated data") {
+    std::ofstream(file, std::ios::binary) << original.substr(0, original.size() - 100);
+    expect_error("lie outside");
+  }
+  SUBCASE("header length beyond the file") {
+    auto bad = original;
+    bad[6] = 0x7f;
+    std::ofstream(file, std::ios::binary) << bad;
+    expect_error("header length");
+  }
+  SUBCASE("unknown dtype") {
+    auto bad = original;
+    auto at = bad.find("\"F32\"");
+    bad.replace(at, 5, "\"F99\"");
+    std::ofstream(file, std::ios::binary) << bad;
+    expect_error("unknown dtype \"F99\"");
+  }
+  SUBCASE("wrong shape for the config") {
+    auto c = config;
+    c.intermediate_size = 128;
+    std::ofstream(dir.path / "config.json") << to_config_json(c);
+    expect_error("tensor \"model.layers.0.mlp.gate_proj.weight\" has shape [96, 64], the config needs [128, 64]");
+  }
+  SUBCASE("missing tensor") {
+    auto tensors = read_safetensors(file);
+    tensors.erase("model.norm.weight");
+    write_safetensors(file, tensors);
+    expect_error("tensor \"model.norm.weight\" is missing");
+  }
+  SUBCASE("unexpected tensor") {
+    auto tensors = read_safetensors(file);
+    tensors["model.layers.9.extra.weight"] = tensors["model.norm.weight"];
+    write_safetensors(file, tensors);
+    expect_error("unexpected tensor \"model.layers.9.extra.weight\"");
+  }
+  SUBCASE("bad config") {
+    std::ofstream(dir.path / "config.json") << "{\"model_type\": \"qwen2\", \"vocab_size\": 40}";
+    expect_error("missing key \"hidden_size\"");
+  }
+  SUBCASE("not a safetensors file at all") {
+    std::ofstream(file, std::ios::binary) << "hello";
+    expect_error("too short");
+  }
+}
+
+TEST_CASE("presets have the advertised sizes") {
+  auto tiny = preset("tiny", 64).parameter_count();
+  auto small = preset("small", 64).parameter_count();
+  CHECK(tiny > 1'000'000);
+  CHECK(tiny < 5'000'000);
+  CHECK(small > 20'000'000);
+  CHECK(small < 30'000'000);
+  CHECK_THROWS_AS(preset("huge", 64), format_error);
+}
