@@ -203,6 +203,13 @@ std::vector<generation_output> generation_engine::run_to_completion() {
   return all;
 }
 
+std::vector<generation_output> generation_engine::in_flight() const {
+  std::vector<generation_output> out;
+  for (auto& s : active_)
+    out.push_back(s.out);
+  return out;
+}
+
 std::vector<generation_output> generation_engine::abort_all() {
   std::vector<generation_output> out;
   for (auto& s : active_) {

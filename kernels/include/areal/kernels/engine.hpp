@@ -90,6 +90,8 @@ public:
   int64_t version() const { return version_; }
   const engine_counters& counters() const { return counters_; }
   const engine_config& config() const { return config_; }
+  /// Copies of the running sequences' outputs so far (slot order).
+  std::vector<generation_output> in_flight() const;
   /// The KV cache (slot i holds running sequence i), for tests and diagnostics.
   const kv_cache& cache() const { return cache_; }
 

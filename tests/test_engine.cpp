@@ -1,0 +1,251 @@
+// The generation engine: continuous batching gives each request what it would
+// get alone; seeds reproduce; interruption re-prefills exactly and switches
+// versions at the swap; sampling follows the truncated distribution.
+#include <cmath>
+#include <map>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "areal/kernels/engine.hpp"
+#include "torch_doctest.hpp"
+
+using namespace areal;
+using namespace areal::kernels;
+
+namespace {
+
+model_config engine_config_model() {
+  model_config c;
+  c.vocab_size = 32;
+  c.hidden_size = 64;
+  c.intermediate_size = 128;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.max_position_embeddings = 256;
+  c.tie_word_embeddings = true;
+  return c;
+}
+
+generation_job job(uint64_t id, std::vector<int32_t> prompt, uint32_t max_new, bool greedy = false, uint64_t seed = 0) {
+  generation_job j;
+  j.id = id;
+  j.prompt = std::move(prompt);
+  j.sampling.max_new_tokens = max_new;
+  j.sampling.greedy = greedy;
+  j.seed = seed ? seed : id + 100;
+  return j;
+}
+
+std::map<uint64_t, generation_output> by_id(std::vector<generation_output> outs) {
+  std::map<uint64_t, generation_output> m;
+  for (auto& o : outs)
+    m[o.id] = std::move(o);
+  return m;
+}
+
+std::vector<int32_t> prompt_of(uint64_t i) {
+  std::vector<int32_t> p;
+  for (uint64_t k = 0; k < 3 + (i * 7) % 11; ++k)
+    p.push_back(static_cast<int32_t>((i * 13 + k * 5) % 32));
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("continuous batching gives every request what it gets alone") {
+  policy_model model(engine_config_model());
+  model.init_random(11, 0.2);
+  // Alone: one request at a time.
+  std::map<uint64_t, generation_output> alone;
+  for (uint64_t i = 0; i < 12; ++i) {
+    generation_engine engine(model, {1, 128, 64, true});
+    engine.submit(job(i, prompt_of(i), 4 + static_cast<uint32_t>(i * 5 % 17)));
+    alone[i] = engine.run_to_completion().front();
+  }
+  // Together: 4 slots, small prefill chunks, requests of different lengths leaving at different times.
+  generation_engine engine(model, {4, 128, 5, true});
+  for (uint64_t i = 0; i < 12; ++i)
+    engine.submit(job(i, prompt_of(i), 4 + static_cast<uint32_t>(i * 5 % 17)));
+  auto together = by_id(engine.run_to_completion());
+  REQUIRE(together.size() == 12);
+  for (uint64_t i = 0; i < 12; ++i) {
+    INFO("request " << i);
+    CHECK(together[i].tokens == alone[i].tokens);
+    CHECK(together[i].finish == finish_reason::length);
+    CHECK(together[i].tokens.size() == 4 + i * 5 % 17);
+    for (size_t t = 0; t < together[i].logprobs.size(); ++t)
+      CHECK(std::abs(together[i].logprobs[t] - alone[i].logprobs[t]) < 1e-4);
+  }
+  CHECK(engine.counters().prefill_tokens > 0);
+  CHECK(engine.idle());
+}
+
+TEST_CASE("the same seed and weights give the same tokens and stop tokens end a sequence") {
+  policy_model model(engine_config_model());
+  model.init_random(12, 0.3);
+  auto run = [&](uint64_t seed) {
+    generation_engine engine(model, {2, 128, 64, true});
+    engine.submit(job(1, {1, 2, 3}, 40, false, seed));
+    return engine.run_to_completion().front();
+  };
+  auto a = run(5), b = run(5), c = run(6);
+  CHECK(a.tokens == b.tokens);
+  CHECK(a.tokens != c.tokens);
+  // Logprobs are log_softmax(logits / T) of the chosen tokens: negative, finite.
+  for (auto lp : a.logprobs)
+    CHECK((lp <= 0 && std::isfinite(lp)));
+  // Stop at the first occurrence of a token the run produced.
+  generation_engine engine(model, {2, 128, 64, true});
+  auto with_stop = job(1, {1, 2, 3}, 40, false, 5);
+  with_stop.sampling.stop_tokens = {a.tokens[3]};
+  engine.submit(with_stop);
+  auto stopped = engine.run_to_completion().front();
+  CHECK(stopped.finish == finish_reason::stop);
+  auto first = std::find(a.tokens.begin(), a.tokens.end(), a.tokens[3]) - a.tokens.begin();
+  CHECK(stopped.tokens.size() == static_cast<size_t>(first + 1));
+}
+
+TEST_CASE("requests that cannot fit are refused with a reason") {
+  policy_model model(engine_config_model());
+  generation_engine engine(model, {2, 16, 8, true});
+  CHECK_THROWS_WITH_AS(engine.submit(job(1, {}, 4)), doctest::Contains("empty prompt"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(engine.submit(job(2, {1, 2, 3}, 20)), doctest::Contains("exceeds the engine's max_seq_len"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(engine.submit(job(3, {99}, 2)), doctest::Contains("outside the vocabulary"),
+                       std::invalid_argument);
+  CHECK(engine.idle());
+}
+
+TEST_CASE("an interruption re-prefills exactly and switches versions at the swap") {
+  policy_model model(engine_config_model());
+  model.init_random(13, 0.2);
+  policy_model other(engine_config_model());
+  other.init_random(14, 0.2);
+  auto new_weights = other.flat().clone();
+
+  generation_engine engine(model, {1, 128, 64, true}, 0);
+  engine.submit(job(1, {4, 5, 6, 7}, 30, false, 9));
+  for (int i = 0; i < 10; ++i)
+    engine.step();  // the prefill samples token 1, each later step one more
+  auto before = engine.in_flight().front().tokens;
+  REQUIRE(before.size() == 10);
+  engine.update_weights(1, new_weights);
+  engine.step();  // re-prefill of prompt + 10 tokens with the new weights, then token 11
+
+  // The re-prefilled cache equals a fresh prefill of the same tokens with the new weights.
+  std::vector<int64_t> tokens = {4, 5, 6, 7};
+  tokens.insert(tokens.end(), before.begin(), before.end());
+  auto n = static_cast<int64_t>(tokens.size());
+  REQUIRE(engine.cache().length[0] == n);
+  kv_cache fresh(other.config(), 1, 128, other.options());
+  other.forward_cached(fresh, {tokens, {0}, {n}});
+  double worst = 0;
+  for (size_t l = 0; l < fresh.keys.size(); ++l) {
+    worst = std::max(worst, (engine.cache().keys[l][0].narrow(1, 0, n) - fresh.keys[l][0].narrow(1, 0, n)).abs().max().item<double>());
+    worst = std::max(worst, (engine.cache().values[l][0].narrow(1, 0, n) - fresh.values[l][0].narrow(1, 0, n)).abs().max().item<double>());
+  }
+  CHECK(worst <= 1e-5);
+
+  auto out = engine.run_to_completion().front();
+  REQUIRE(out.tokens.size() == 30);
+  CHECK(std::vector<int32_t>(out.tokens.begin(), out.tokens.begin() + 10) == before);
+  for (size_t i = 0; i < out.versions.size(); ++i)
+    CHECK(out.versions[i] == (i < 10 ? 0 : 1));  // versions switch exactly at the swap
+  CHECK(engine.version() == 1);
+  CHECK(engine.counters().interruptions == 1);
+  CHECK(engine.counters().reprefill_tokens == 14);
+}
+
+TEST_CASE("a swap to identical weights does not change the sampled tokens") {
+  policy_model a(engine_config_model());
+  a.init_random(15, 0.3);
+  policy_model b(engine_config_model());
+  b.flat().copy_(a.flat());
+  generation_engine plain(a, {3, 128, 4, true});
+  generation_engine swapped(b, {3, 128, 4, true});
+  for (uint64_t i = 0; i < 5; ++i) {
+    plain.submit(job(i, prompt_of(i), 25, false, 40 + i));
+    swapped.submit(job(i, prompt_of(i), 25, false, 40 + i));
+  }
+  std::vector<generation_output> x, y;
+  for (int step = 0; !plain.idle() || !swapped.idle(); ++step) {
+    if (step == 7 || step == 19)
+      swapped.update_weights(step, a.flat().clone());
+    for (auto& o : plain.step())
+      x.push_back(std::move(o));
+    for (auto& o : swapped.step())
+      y.push_back(std::move(o));
+  }
+  auto px = by_id(std::move(x)), py = by_id(std::move(y));
+  REQUIRE(px.size() == 5);
+  REQUIRE(py.size() == 5);
+  for (uint64_t i = 0; i < 5; ++i)
+    CHECK(px[i].tokens == py[i].tokens);
+  CHECK(swapped.counters().interruptions == 2);
+}
+
+TEST_CASE("waiting mode finishes in-flight sequences with the old weights before swapping") {
+  policy_model model(engine_config_model());
+  model.init_random(16, 0.2);
+  policy_model other(engine_config_model());
+  other.init_random(17, 0.2);
+  generation_engine engine(model, {2, 128, 64, false});
+  engine.submit(job(1, {1, 2}, 12));
+  engine.submit(job(2, {3, 4}, 6));
+  engine.submit(job(3, {5, 6}, 6));  // queued: both slots are busy
+  engine.step();
+  engine.update_weights(1, other.flat().clone());
+  auto outs = by_id(engine.run_to_completion());
+  REQUIRE(outs.size() == 3);
+  for (auto v : outs[1].versions)
+    CHECK(v == 0);
+  for (auto v : outs[2].versions)
+    CHECK(v == 0);
+  for (auto v : outs[3].versions)
+    CHECK(v == 1);  // started only after the swap
+  CHECK(engine.counters().interruptions == 0);
+  CHECK(engine.counters().reprefill_tokens == 0);
+}
+
+TEST_CASE("top-k and top-p sampling follow the truncated distribution") {
+  auto logits = at::tensor({2.0f, 1.5f, 1.0f, 0.5f, 0.0f, -0.5f, -1.0f, -2.0f});
+  auto probs = at::softmax(logits, 0);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(1234);
+  auto chi_square = [&](const sampling_params& params, const std::vector<int64_t>& allowed) {
+    const int draws = 20000;
+    std::vector<int> counts(8, 0);
+    for (int i = 0; i < draws; ++i) {
+      auto s = sample_token(logits, params, gen);
+      counts[static_cast<size_t>(s.token)]++;
+      CHECK(std::abs(s.logprob - std::log(probs[s.token].item<float>())) < 1e-5);
+    }
+    double mass = 0;
+    for (auto t : allowed)
+      mass += probs[t].item<double>();
+    double chi = 0;
+    int outside = draws;
+    for (auto t : allowed) {
+      double expected = draws * probs[t].item<double>() / mass;
+      chi += (counts[static_cast<size_t>(t)] - expected) * (counts[static_cast<size_t>(t)] - expected) / expected;
+      outside -= counts[static_cast<size_t>(t)];
+    }
+    CHECK(outside == 0);  // nothing outside the truncation
+    return chi;
+  };
+  sampling_params top_k;
+  top_k.top_k = 3;
+  CHECK(chi_square(top_k, {0, 1, 2}) < 13.82);  // chi-square, 2 degrees of freedom, p = 0.001
+  sampling_params top_p;
+  top_p.top_p = 0.7f;  // cumulative mass of the sorted probabilities crosses 0.7 at the third token
+  CHECK(chi_square(top_p, {0, 1, 2}) < 13.82);
+  sampling_params full;
+  CHECK(chi_square(full, {0, 1, 2, 3, 4, 5, 6, 7}) < 24.32);  // 7 degrees of freedom, p = 0.001
+  sampling_params greedy;
+  greedy.greedy = true;
+  CHECK(sample_token(logits, greedy, gen).token == 0);
+  sampling_params hot;
+  hot.temperature = 2.0f;
+  auto s = sample_token(logits, hot, gen);
+  CHECK(std::abs(s.logprob - at::log_softmax(logits / 2.0, 0)[s.token].item<float>()) < 1e-6);
+}
