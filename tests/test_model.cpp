@@ -1,6 +1,8 @@
 // The policy model and its formats: cached decoding equals the full forward,
 // Hugging Face checkpoints round-trip bit-exactly, bad files are refused with
 // the file and tensor named.
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 
