@@ -201,6 +201,20 @@ TEST_CASE("bad --set values are reported against the command line") {
   CHECK(contains(only_error(two_nodes, {"run.name.x=1"}), "'name' is a string, not a table"));
 }
 
+TEST_CASE("the model section has defaults and checks its choices") {
+  auto r = parse_config(two_nodes, "topo.toml");
+  REQUIRE(r.config);
+  CHECK(r.config->model.preset == "tiny");
+  CHECK(r.config->model.path.empty());
+  CHECK(r.config->model.device == "cpu");
+  CHECK(r.config->model.dtype == "float32");
+  CHECK(contains(only_error(two_nodes, {"model.dtype=int4"}), "model.dtype: unknown value \"int4\"; use one of: float32, bfloat16, float16"));
+  auto custom = parse_config(two_nodes, "topo.toml", {"model.path=/models/qwen2", "model.device=cuda:1"});
+  REQUIRE(custom.config);
+  CHECK(custom.config->model.path == "/models/qwen2");
+  CHECK(custom.config->model.device == "cuda:1");
+}
+
 TEST_CASE("a missing file is a clear error") {
   auto r = load_config("/nonexistent/areal.toml");
   REQUIRE(r.errors.size() == 1);

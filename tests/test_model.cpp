@@ -6,7 +6,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "areal/kernels/device.hpp"
 #include "areal/kernels/model.hpp"
+#include "areal/kernels/tokenizer.hpp"
 #include "torch_doctest.hpp"
 
 using namespace areal;
@@ -214,6 +216,50 @@ TEST_CASE("corrupt or mismatched checkpoints are refused naming the file and ten
     std::ofstream(file, std::ios::binary) << "hello";
     expect_error("too short");
   }
+}
+
+TEST_CASE("a model directory with config and shards and tokenizer loads and runs") {
+  scratch dir{"full"};
+  auto tok = tokenizer::character_level("0123456789+-*/= ", {"<unk>", "<eos>"});
+  auto config = small_config("qwen2", true, 4, 2);
+  config.vocab_size = tok.vocab_size();
+  policy_model model(config);
+  model.init_random(8, 0.05);
+  model.save(dir.path.string(), 30000);
+  tok.save((dir.path / "tokenizer.json").string());
+  auto loaded_model = policy_model::load(dir.path.string());
+  auto loaded_tok = tokenizer::load((dir.path / "tokenizer.json").string());
+  auto ids = loaded_tok.encode("12+34=46");
+  std::vector<int64_t> tokens(ids.begin(), ids.end());
+  auto n = static_cast<int64_t>(tokens.size());
+  CHECK(at::equal(loaded_model.logits(loaded_model.forward(at::tensor(tokens), {0, n})),
+                  model.logits(model.forward(at::tensor(tokens), {0, n}))));
+}
+
+TEST_CASE("device and dtype come from configuration and CUDA is refused clearly without it") {
+  auto cpu = tensor_options("cpu", "float32");
+  CHECK(cpu.device().is_cpu());
+  CHECK(tensor_options("cpu", "bfloat16").dtype() == at::kBFloat16);
+  if (!at::hasCUDA()) {
+    CHECK_THROWS_WITH_AS(tensor_options("cuda", "bfloat16"), doctest::Contains("this LibTorch build has no CUDA"),
+                         format_error);
+  }
+  CHECK_THROWS_WITH_AS(tensor_options("tpu", "float32"), doctest::Contains("use cpu or cuda"), format_error);
+  CHECK_THROWS_WITH_AS(tensor_options("cpu", "int8"), doctest::Contains("use float32, bfloat16 or float16"),
+                       format_error);
+  // A bfloat16 model: the cached path still agrees with the full forward, to bfloat16 precision.
+  auto config = small_config("qwen2", true, 4, 2);
+  policy_model model(config, tensor_options("cpu", "bfloat16"));
+  model.init_random(9, 0.1);
+  auto tokens = random_tokens(10, 40, 4);
+  auto full = model.logits(model.forward(at::tensor(tokens), {0, 10})).to(at::kFloat);
+  kv_cache cache(config, 1, 32, model.options());
+  auto first = model.logits(model.forward_cached(cache, {std::vector<int64_t>(tokens.begin(), tokens.begin() + 6), {0}, {6}}));
+  std::vector<at::Tensor> rows = {first};
+  for (int i = 6; i < 10; ++i)
+    rows.push_back(model.logits(model.forward_cached(cache, {{tokens[static_cast<size_t>(i)]}, {0}, {1}})));
+  auto cached = at::cat(rows, 0).to(at::kFloat);
+  CHECK((cached - full).abs().max().item<double>() < 0.05);
 }
 
 TEST_CASE("presets have the advertised sizes") {

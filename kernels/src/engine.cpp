@@ -8,16 +8,20 @@
 
 namespace areal::kernels {
 
-sampled_token sample_token(const at::Tensor& logits, const sampling_params& params, at::Generator& generator) {
-  auto row = logits.to(at::kFloat).to(at::kCPU).view({-1});
-  double temperature = params.temperature > 0 ? params.temperature : 1.0;
-  auto logp = at::log_softmax(row.div(temperature), -1);
+namespace {
+
+double effective_temperature(const sampling_params& params) {
+  return params.temperature > 0 ? params.temperature : 1.0;
+}
+
+// Draws from tempered log-probabilities logp [vocab] (CPU, float).
+sampled_token sample_from_logprobs(const at::Tensor& logp, const sampling_params& params, at::Generator& generator) {
   int64_t token;
   if (params.greedy || params.temperature <= 0) {
     token = logp.argmax().item<int64_t>();
   } else {
     auto vocab = logp.size(0);
-    at::Tensor candidates;  // token ids, most probable first when truncated
+    at::Tensor candidates;  // token ids, most probable first, when truncated
     at::Tensor weights;
     if (params.top_k > 0 && params.top_k < static_cast<uint32_t>(vocab)) {
       auto top = at::topk(logp, params.top_k);
@@ -31,22 +35,23 @@ sampled_token sample_token(const at::Tensor& logits, const sampling_params& para
       weights = logp.exp();
     }
     if (params.top_p < 1.0f) {
-      if (!candidates.defined()) {
-        auto sorted = at::sort(logp, -1, true);
-        weights = std::get<0>(sorted).exp();
-        candidates = std::get<1>(sorted);
-      }
       // Keep the smallest prefix whose mass (after any top-k cut, renormalized)
       // reaches top_p; the token crossing it is included.
       weights = weights / weights.sum();
       auto mass_before = weights.cumsum(0) - weights;
-      auto keep = mass_before.lt(params.top_p);
-      weights = weights * keep.to(at::kFloat);
+      weights = weights * mass_before.lt(params.top_p).to(at::kFloat);
     }
     auto pick = at::multinomial(weights, 1, false, generator).item<int64_t>();
     token = candidates.defined() ? candidates[pick].item<int64_t>() : pick;
   }
   return {token, logp[token].item<float>()};
+}
+
+}  // namespace
+
+sampled_token sample_token(const at::Tensor& logits, const sampling_params& params, at::Generator& generator) {
+  auto row = logits.to(at::kFloat).to(at::kCPU).view({-1});
+  return sample_from_logprobs(at::log_softmax(row.div(effective_temperature(params)), -1), params, generator);
 }
 
 int32_t generation_engine::sequence::token_at(int64_t i) const {
@@ -161,10 +166,17 @@ std::vector<generation_output> generation_engine::step() {
     at::NoGradGuard no_grad;
     auto rows = at::tensor(ready_rows, at::TensorOptions().dtype(at::kLong)).to(hidden.device());
     auto logits = model_.logits(hidden.index_select(0, rows)).to(at::kFloat).to(at::kCPU);
+    // Tempered log-probabilities of all ready rows at once; then one draw per
+    // sequence from its own generator, so that a seed's tokens do not depend on
+    // what else is in the batch.
+    std::vector<float> temperatures;
+    for (auto slot : ready)
+      temperatures.push_back(static_cast<float>(effective_temperature(active_[slot].job.sampling)));
+    auto logp = at::log_softmax(logits.div(at::tensor(temperatures).unsqueeze(1)), -1);
     for (size_t i = 0; i < ready.size(); ++i) {
       auto& s = active_[ready[i]];
       s.reprefill = false;
-      auto pick = sample_token(logits[static_cast<int64_t>(i)], s.job.sampling, s.generator);
+      auto pick = sample_from_logprobs(logp[static_cast<int64_t>(i)], s.job.sampling, s.generator);
       s.out.tokens.push_back(static_cast<int32_t>(pick.token));
       s.out.logprobs.push_back(pick.logprob);
       s.out.versions.push_back(version_);

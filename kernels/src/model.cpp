@@ -98,16 +98,17 @@ policy_model::policy_model(model_config config, at::TensorOptions options) : con
   add("model.embed_tokens.weight", {config_.vocab_size, h});
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
     auto p = "model.layers." + std::to_string(l) + ".";
+    // q, k, v weights adjacent (and their biases adjacent), gate and up adjacent:
+    // each group is also one fused matrix, so a layer runs 4 products instead of 7.
     add(p + "input_layernorm.weight", {h});
     add(p + "self_attn.q_proj.weight", {q, h});
-    if (config_.attention_bias)
-      add(p + "self_attn.q_proj.bias", {q});
     add(p + "self_attn.k_proj.weight", {kv, h});
-    if (config_.attention_bias)
-      add(p + "self_attn.k_proj.bias", {kv});
     add(p + "self_attn.v_proj.weight", {kv, h});
-    if (config_.attention_bias)
+    if (config_.attention_bias) {
+      add(p + "self_attn.q_proj.bias", {q});
+      add(p + "self_attn.k_proj.bias", {kv});
       add(p + "self_attn.v_proj.bias", {kv});
+    }
     add(p + "self_attn.o_proj.weight", {h, q});
     add(p + "post_attention_layernorm.weight", {h});
     add(p + "mlp.gate_proj.weight", {inter, h});
@@ -128,6 +129,13 @@ policy_model::policy_model(model_config config, at::TensorOptions options) : con
   auto emb = at::cat({angles, angles}, -1);
   rope_cos_ = emb.cos();
   rope_sin_ = emb.sin();
+}
+
+int64_t policy_model::offset_of(const std::string& name) const {
+  for (auto& e : layout_)
+    if (e.name == name)
+      return e.offset;
+  throw format_error("no parameter named \"" + name + "\" in this model");
 }
 
 void policy_model::bind_views() {
@@ -151,6 +159,13 @@ void policy_model::bind_views() {
       v.v_b = views[p + "self_attn.v_proj.bias"];
     }
     v.o_w = views[p + "self_attn.o_proj.weight"];
+    auto qkv_rows = v.q_w.size(0) + 2 * v.k_w.size(0);
+    v.qkv_w = flat_.narrow(0, offset_of(p + "self_attn.q_proj.weight"), qkv_rows * config_.hidden_size)
+                .view({qkv_rows, config_.hidden_size});
+    if (config_.attention_bias)
+      v.qkv_b = flat_.narrow(0, offset_of(p + "self_attn.q_proj.bias"), qkv_rows);
+    v.gate_up_w = flat_.narrow(0, offset_of(p + "mlp.gate_proj.weight"), 2 * config_.intermediate_size * config_.hidden_size)
+                    .view({2 * config_.intermediate_size, config_.hidden_size});
     v.post_norm = views[p + "post_attention_layernorm.weight"];
     v.gate_w = views[p + "mlp.gate_proj.weight"];
     v.up_w = views[p + "mlp.up_proj.weight"];
@@ -240,13 +255,34 @@ at::Tensor policy_model::rms_norm(const at::Tensor& x, const at::Tensor& weight)
   return normed.to(x.scalar_type()) * weight;
 }
 
-// x [T, heads, head_dim] rotated by the angles of `positions` [T].
-at::Tensor policy_model::rotate(const at::Tensor& x, const at::Tensor& positions) const {
-  auto cos = rope_cos_.index_select(0, positions).unsqueeze(1).to(x.scalar_type());
-  auto sin = rope_sin_.index_select(0, positions).unsqueeze(1).to(x.scalar_type());
+policy_model::rotary policy_model::rotary_for(const at::Tensor& positions) const {
+  // Gathered once per forward: every layer rotates by the same angles.
+  return {rope_cos_.index_select(0, positions).unsqueeze(1).to(flat_.scalar_type()),
+          rope_sin_.index_select(0, positions).unsqueeze(1).to(flat_.scalar_type())};
+}
+
+// x [T, heads, head_dim] rotated: x * cos + rotate_half(x) * sin.
+at::Tensor policy_model::rotate(const at::Tensor& x, const rotary& angles) const {
   auto half = x.size(-1) / 2;
   auto rotated = at::cat({x.narrow(-1, half, half).neg(), x.narrow(-1, 0, half)}, -1);
-  return x * cos + rotated * sin;
+  return x * angles.cos + rotated * angles.sin;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> policy_model::project_qkv(const layer_views& layer, const at::Tensor& h,
+                                                                         const rotary& angles) const {
+  auto total = h.size(0), d = config_.head_dim();
+  auto q_width = config_.num_attention_heads * d, kv_width = config_.num_key_value_heads * d;
+  auto qkv = at::linear(h, layer.qkv_w, layer.qkv_b);  // [T, q + 2 kv]
+  auto q = rotate(qkv.narrow(1, 0, q_width).reshape({total, config_.num_attention_heads, d}), angles);
+  auto k = rotate(qkv.narrow(1, q_width, kv_width).reshape({total, config_.num_key_value_heads, d}), angles);
+  auto v = qkv.narrow(1, q_width + kv_width, kv_width).reshape({total, config_.num_key_value_heads, d});
+  return {q, k, v};
+}
+
+at::Tensor policy_model::mlp(const layer_views& layer, const at::Tensor& m) const {
+  auto gate_up = at::linear(m, layer.gate_up_w);  // [T, 2 I]: gate then up
+  auto inter = config_.intermediate_size;
+  return at::linear(at::silu(gate_up.narrow(1, 0, inter)) * gate_up.narrow(1, inter, inter), layer.down_w);
 }
 
 at::Tensor policy_model::forward(const at::Tensor& tokens, const std::vector<int64_t>& cu_seqlens) const {
@@ -264,12 +300,10 @@ at::Tensor policy_model::forward(const at::Tensor& tokens, const std::vector<int
   if (!pos.empty() && *std::max_element(pos.begin(), pos.end()) >= config_.max_position_embeddings)
     throw std::invalid_argument("a sequence is longer than max_position_embeddings");
   auto positions = at::tensor(pos, at::TensorOptions().dtype(at::kLong)).to(flat_.device());
+  auto angles = rotary_for(positions);
   auto x = embed_.index_select(0, tokens.to(flat_.device()));
   for (auto& layer : layers_) {
-    auto h = rms_norm(x, layer.input_norm);
-    auto q = rotate(at::linear(h, layer.q_w, layer.q_b).view({total, -1, d}), positions);
-    auto k = rotate(at::linear(h, layer.k_w, layer.k_b).view({total, kv_heads, d}), positions);
-    auto v = at::linear(h, layer.v_w, layer.v_b).view({total, kv_heads, d});
+    auto [q, k, v] = project_qkv(layer, rms_norm(x, layer.input_norm), angles);
     std::vector<at::Tensor> outs;
     for (size_t s = 0; s + 1 < cu_seqlens.size(); ++s) {
       auto begin = cu_seqlens[s], count = cu_seqlens[s + 1] - begin;
@@ -281,8 +315,7 @@ at::Tensor policy_model::forward(const at::Tensor& tokens, const std::vector<int
       outs.push_back(attend(qs, ks, vs, 0, scale));
     }
     x = x + at::linear(at::cat(outs, 0), layer.o_w);
-    auto m = rms_norm(x, layer.post_norm);
-    x = x + at::linear(at::silu(at::linear(m, layer.gate_w)) * at::linear(m, layer.up_w), layer.down_w);
+    x = x + mlp(layer, rms_norm(x, layer.post_norm));
   }
   return rms_norm(x, final_norm_);
 }
@@ -322,7 +355,7 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
   }
   auto tokens = at::tensor(input.tokens, long_opts).to(device);
   auto positions = at::tensor(pos_of, long_opts).to(device);
-  auto slot_index = at::tensor(slot_of, long_opts).to(device);
+  auto slot_index = at::tensor(slot_of, long_opts).to(device);  // slot of each new token
   at::Tensor decode_row_index, decode_slot_index, decode_mask;
   if (!decode_rows.empty()) {
     decode_row_index = at::tensor(decode_rows, long_opts).to(device);
@@ -337,31 +370,46 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
     decode_mask = decode_mask.view({decode_range, 1, 1, decode_len});
   }
 
+  auto angles = rotary_for(positions);
+  // Row of each (token, kv head) in a cache tensor viewed as [slots * kv_heads * max_len, head_dim].
+  auto heads = at::arange(kv_heads, long_opts.device(device));
+  auto cache_rows = ((slot_index.unsqueeze(1) * kv_heads + heads.unsqueeze(0)) * cache.max_len() + positions.unsqueeze(1))
+                      .reshape({-1});
+  // Steady state: every segment is a decode and segment i is slot i; then the
+  // queries and outputs need no gathering.
+  bool all_decode_in_order = prefill_segments.empty();
+  for (size_t i = 0; all_decode_in_order && i < decode_slots.size(); ++i)
+    all_decode_in_order = decode_slots[i] == static_cast<int64_t>(i);
   auto x = embed_.index_select(0, tokens);
   for (size_t l = 0; l < layers_.size(); ++l) {
     auto& layer = layers_[l];
     auto& ck = cache.keys[l];
     auto& cv = cache.values[l];
-    auto h = rms_norm(x, layer.input_norm);
-    auto q = rotate(at::linear(h, layer.q_w, layer.q_b).view({total, -1, d}), positions);
-    auto k = rotate(at::linear(h, layer.k_w, layer.k_b).view({total, kv_heads, d}), positions);
-    auto v = at::linear(h, layer.v_w, layer.v_b).view({total, kv_heads, d});
-    // Append to the cache: cache[slot, :, pos] = k[row].
-    ck.index_put_({slot_index, at::indexing::Slice(), positions}, k);
-    cv.index_put_({slot_index, at::indexing::Slice(), positions}, v);
+    auto [q, k, v] = project_qkv(layer, rms_norm(x, layer.input_norm), angles);
+    // Append to the cache: cache[slot, head, pos] = k[row, head], as rows of a flat view.
+    ck.view({-1, d}).index_copy_(0, cache_rows, k.reshape({-1, d}));
+    cv.view({-1, d}).index_copy_(0, cache_rows, v.reshape({-1, d}));
     auto attn = at::empty({total, config_.num_attention_heads * d}, x.options());
     if (!decode_rows.empty()) {
       // All single-token decodes at once over slots [0, decode_range).
-      auto qd = at::zeros({decode_range, config_.num_attention_heads, d}, q.options());
-      qd.index_copy_(0, decode_slot_index, q.index_select(0, decode_row_index));
-      qd = qd.view({decode_range, kv_heads, group, d});
+      at::Tensor qd;
+      if (all_decode_in_order) {
+        qd = q.view({decode_range, kv_heads, group, d});
+      } else {
+        qd = at::zeros({decode_range, config_.num_attention_heads, d}, q.options());
+        qd.index_copy_(0, decode_slot_index, q.index_select(0, decode_row_index));
+        qd = qd.view({decode_range, kv_heads, group, d});
+      }
       auto keys = ck.narrow(0, 0, decode_range).narrow(2, 0, decode_len);      // [range, kv, L, d]
       auto vals = cv.narrow(0, 0, decode_range).narrow(2, 0, decode_len);
       auto scores = at::matmul(qd, keys.transpose(2, 3)).mul_(scale);        // [range, kv, group, L]
       scores.masked_fill_(decode_mask, -std::numeric_limits<float>::infinity());
       auto probs = at::softmax(scores, -1, at::kFloat).to(vals.scalar_type());
       auto out = at::matmul(probs, vals).view({decode_range, -1});             // [range, heads*d]
-      attn.index_copy_(0, decode_row_index, out.index_select(0, decode_slot_index));
+      if (all_decode_in_order)
+        attn = out;
+      else
+        attn.index_copy_(0, decode_row_index, out.index_select(0, decode_slot_index));
     }
     for (auto i : prefill_segments) {
       auto slot = input.slots[i], count = input.counts[i], start = segment_start[i];
@@ -372,8 +420,7 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
       attn.narrow(0, start, count).copy_(attend(qs, keys, vals, past, scale));
     }
     x = x + at::linear(attn, layer.o_w);
-    auto m = rms_norm(x, layer.post_norm);
-    x = x + at::linear(at::silu(at::linear(m, layer.gate_w)) * at::linear(m, layer.up_w), layer.down_w);
+    x = x + mlp(layer, rms_norm(x, layer.post_norm));
   }
   for (size_t i = 0; i < input.slots.size(); ++i)
     cache.length[static_cast<size_t>(input.slots[i])] += input.counts[i];

@@ -150,6 +150,17 @@ const std::vector<section_spec>& schema() {
        {"connection_timeout_ms", kind::integer, int64_t{3000}, 100, 600000, {},
         "a peer silent this long is declared lost (must exceed heartbeat_interval_ms)"},
      }},
+    {"model", false, "The policy model: a preset or a Hugging Face directory, and where it runs.",
+     {
+       {"preset", kind::string, std::string{"tiny"}, -INFINITY, INFINITY, {"tiny", "small"},
+        "model shape when no path is given (tiny: about 3 M parameters, small: about 25 M)"},
+       {"path", kind::string, std::string{"-"}, -INFINITY, INFINITY, {},
+        "Hugging Face model directory to load, or - for a fresh preset"},
+       {"device", kind::string, std::string{"cpu"}, -INFINITY, INFINITY, {},
+        "cpu, cuda or cuda:N (cuda needs a LibTorch built with CUDA)"},
+       {"dtype", kind::string, std::string{"float32"}, -INFINITY, INFINITY, {"float32", "bfloat16", "float16"},
+        "parameter and activation type"},
+     }},
     {"reward", false, "The reward service: verification workers and the code sandbox.",
      {
        {"workers", kind::integer, int64_t{2}, 1, 256, {}, "parallel verification workers (one thread each)"},
@@ -497,6 +508,13 @@ run_config extract(const toml::table& root, const std::string& source) {
   c.cluster.connect_timeout_s = cluster["connect_timeout_s"].value_or(0.0);
   c.cluster.heartbeat_interval_ms = static_cast<uint32_t>(cluster["heartbeat_interval_ms"].value_or(int64_t{0}));
   c.cluster.connection_timeout_ms = static_cast<uint32_t>(cluster["connection_timeout_ms"].value_or(int64_t{0}));
+  auto model = root["model"];
+  c.model.preset = model["preset"].value_or(std::string{});
+  c.model.path = model["path"].value_or(std::string{});
+  if (c.model.path == "-")
+    c.model.path.clear();
+  c.model.device = model["device"].value_or(std::string{});
+  c.model.dtype = model["dtype"].value_or(std::string{});
   auto reward = root["reward"];
   c.reward.workers = static_cast<uint32_t>(reward["workers"].value_or(int64_t{2}));
   c.reward.queue_capacity = static_cast<uint32_t>(reward["queue_capacity"].value_or(int64_t{64}));

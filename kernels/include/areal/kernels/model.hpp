@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -81,12 +82,21 @@ public:
   at::Tensor logits(const at::Tensor& hidden) const;
 
 private:
+  struct rotary {
+    at::Tensor cos, sin;  // [T, 1, head_dim]
+  };
   struct layer_views {
     at::Tensor input_norm, q_w, q_b, k_w, k_b, v_w, v_b, o_w, post_norm, gate_w, up_w, down_w;
+    at::Tensor qkv_w, qkv_b, gate_up_w;  // fused views over adjacent parameters
   };
+  int64_t offset_of(const std::string& name) const;
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> project_qkv(const layer_views& layer, const at::Tensor& h,
+                                                             const rotary& angles) const;
+  at::Tensor mlp(const layer_views& layer, const at::Tensor& m) const;
   void bind_views();
   at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight) const;
-  at::Tensor rotate(const at::Tensor& x, const at::Tensor& positions) const;
+  rotary rotary_for(const at::Tensor& positions) const;
+  at::Tensor rotate(const at::Tensor& x, const rotary& angles) const;
 
   model_config config_;
   at::Tensor flat_;

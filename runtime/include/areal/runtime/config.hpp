@@ -55,11 +55,19 @@ struct reward_spec {
   bool countdown_use_all_numbers = false;
 };
 
+struct model_spec {
+  std::string preset;  // "tiny" or "small" when no path is given
+  std::string path;    // a Hugging Face model directory (config.json, safetensors, tokenizer.json)
+  std::string device;  // cpu, cuda, cuda:N
+  std::string dtype;   // float32, bfloat16, float16
+};
+
 struct run_config {
   std::string source;  // the file it was read from
   run_spec run;
   cluster_spec cluster;
   reward_spec reward;
+  model_spec model;
   std::vector<node_spec> nodes;
   /// The whole configuration with defaults filled in and overrides applied, as TOML.
   std::string resolved_toml;

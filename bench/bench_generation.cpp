@@ -1,0 +1,249 @@
+// bench_generation: the rollout engine on this machine, measured side by side.
+//   - the GEMM ceiling: fp32 product of the model's MLP shape, same threads;
+//   - decode tokens/s at batch 1..128 for both presets, and efficiency =
+//     2 * N * tokens/s / ceiling (N = parameters);
+//   - continuous vs static batching on a long-tailed output-length workload
+//     (static: a batch runs until its longest member ends; only useful tokens count);
+//   - the cost of an interruption (re-prefill) per 1k tokens in flight, and
+//     interrupting vs waiting for in-flight sequences on the same workload;
+//   - resident memory before and after many decode steps.
+// Usage: bench_generation [--quick] [--json FILE] [--threads N]
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <thread>
+
+#include <ATen/Parallel.h>
+#include <nlohmann/json.hpp>
+
+#include "areal/kernels/blas_probe.hpp"
+#include "areal/kernels/engine.hpp"
+
+using namespace areal;
+using namespace areal::kernels;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+constexpr int64_t vocab = 64;
+
+double seconds_since(clock_type::time_point start) {
+  return std::chrono::duration<double>(clock_type::now() - start).count();
+}
+
+double resident_mb() {
+  std::ifstream statm("/proc/self/statm");
+  long pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / 1e6;
+}
+
+generation_job make_job(uint64_t id, int64_t prompt_len, uint32_t max_new) {
+  generation_job j;
+  j.id = id;
+  for (int64_t i = 0; i < prompt_len; ++i)
+    j.prompt.push_back(static_cast<int32_t>((id * 7 + static_cast<uint64_t>(i) * 3) % vocab));
+  j.sampling.max_new_tokens = max_new;
+  j.seed = id + 1;
+  return j;
+}
+
+double gemm_ceiling_gflops(const model_config& c) {
+  auto a = at::randn({512, c.hidden_size});
+  auto b = at::randn({c.hidden_size, c.intermediate_size});
+  auto out = at::mm(a, b);
+  double best = 1e30;
+  for (int i = 0; i < 10; ++i) {
+    auto start = clock_type::now();
+    at::mm_out(out, a, b);
+    best = std::min(best, seconds_since(start));
+  }
+  return 2.0 * 512 * static_cast<double>(c.hidden_size) * static_cast<double>(c.intermediate_size) / best / 1e9;
+}
+
+// Decode tokens/s with `batch` sequences decoding together (prefill excluded).
+double decode_rate(policy_model& model, int64_t batch, int steps) {
+  generation_engine engine(model, {batch, 64 + steps + 8, 4096, true});
+  for (int64_t i = 0; i < batch; ++i)
+    engine.submit(make_job(static_cast<uint64_t>(i), 16, static_cast<uint32_t>(steps + 1)));
+  engine.step();  // prefill of every prompt, first token
+  auto start = clock_type::now();
+  for (int s = 0; s < steps; ++s)
+    engine.step();
+  return static_cast<double>(batch * steps) / seconds_since(start);
+}
+
+std::vector<uint32_t> long_tail_lengths(int count, uint32_t median, uint32_t cap, uint32_t seed) {
+  std::mt19937 rng{seed};
+  std::lognormal_distribution<double> dist(std::log(static_cast<double>(median)), 0.9);
+  std::vector<uint32_t> out;
+  for (int i = 0; i < count; ++i)
+    out.push_back(std::clamp<uint32_t>(static_cast<uint32_t>(dist(rng)), 2, cap));
+  return out;
+}
+
+struct workload_result {
+  double useful_tokens_per_s;
+  double seconds;
+};
+
+workload_result run_continuous(policy_model& model, const std::vector<uint32_t>& lengths, int64_t slots,
+                               bool interrupt, int update_every) {
+  generation_engine engine(model, {slots, 16 + 512, 256, interrupt});
+  for (size_t i = 0; i < lengths.size(); ++i)
+    engine.submit(make_job(i, 16, lengths[i]));
+  auto same_weights = model.flat().clone();
+  auto start = clock_type::now();
+  uint64_t useful = 0;
+  for (int step = 1; !engine.idle(); ++step) {
+    if (update_every > 0 && step % update_every == 0)
+      engine.update_weights(step, same_weights);
+    for (auto& out : engine.step())
+      useful += out.tokens.size();
+  }
+  auto s = seconds_since(start);
+  return {static_cast<double>(useful) / s, s};
+}
+
+workload_result run_static(policy_model& model, const std::vector<uint32_t>& lengths, int64_t slots) {
+  auto start = clock_type::now();
+  uint64_t useful = 0;
+  for (size_t begin = 0; begin < lengths.size(); begin += static_cast<size_t>(slots)) {
+    auto end = std::min(lengths.size(), begin + static_cast<size_t>(slots));
+    auto longest = *std::max_element(lengths.begin() + static_cast<long>(begin), lengths.begin() + static_cast<long>(end));
+    generation_engine engine(model, {slots, 16 + 512, 4096, true});
+    for (size_t i = begin; i < end; ++i) {
+      engine.submit(make_job(i, 16, longest));  // everyone runs as long as the longest
+      useful += lengths[i];
+    }
+    engine.run_to_completion();
+  }
+  auto s = seconds_since(start);
+  return {static_cast<double>(useful) / s, s};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  std::string json_path;
+  int threads = static_cast<int>(std::thread::hardware_concurrency());
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--quick")
+      quick = true;
+    else if (a == "--json" && i + 1 < argc)
+      json_path = argv[++i];
+    else if (a == "--threads" && i + 1 < argc)
+      threads = std::stoi(argv[++i]);
+    else {
+      std::cerr << "usage: bench_generation [--quick] [--json FILE] [--threads N]\n";
+      return 2;
+    }
+  }
+  at::set_num_threads(threads);
+  at::NoGradGuard no_grad;
+  nlohmann::json out;
+  auto facts = probe_blas();
+  std::cout << "machine: " << std::thread::hardware_concurrency() << " hardware threads; " << describe(facts) << "\n";
+  out["threads"] = facts.intra_op_threads;
+  out["blas"] = facts.library;
+
+  for (std::string name : {"tiny", "small"}) {
+    auto config = preset(name, vocab);
+    policy_model model(config);
+    model.init_random(1);
+    double n = static_cast<double>(config.parameter_count());
+    double ceiling = gemm_ceiling_gflops(config);
+    std::cout << name << ": " << config.parameter_count() << " parameters; GEMM ceiling (512x" << config.hidden_size
+              << "x" << config.intermediate_size << " fp32) " << ceiling << " GFLOP/s\n";
+    out[name]["parameters"] = config.parameter_count();
+    out[name]["ceiling_gflops"] = ceiling;
+    for (int64_t batch : {1, 8, 32, 64, 128}) {
+      int steps = quick ? (batch >= 64 ? 8 : 16) : 48;
+      if (quick && name == "small" && batch == 128)
+        steps = 6;
+      double rate = decode_rate(model, batch, steps);
+      double efficiency = 2.0 * n * rate / (ceiling * 1e9);
+      std::cout << "  decode batch " << batch << ": " << rate << " tokens/s, efficiency " << efficiency << "\n";
+      out[name]["decode"][std::to_string(batch)] = {{"tokens_per_s", rate}, {"efficiency", efficiency}};
+    }
+  }
+
+  // Batching and interruption on the tiny preset, long-tailed lengths.
+  auto config = preset("tiny", vocab);
+  policy_model model(config);
+  model.init_random(2);
+  int requests = quick ? 64 : 256;
+  auto lengths = long_tail_lengths(requests, quick ? 16 : 32, quick ? 160 : 320, 7);
+  std::vector<uint32_t> sorted = lengths;
+  std::sort(sorted.begin(), sorted.end());
+  std::cout << "long-tail workload: " << requests << " requests, output length median " << sorted[sorted.size() / 2]
+            << ", max " << sorted.back() << "\n";
+  auto continuous = run_continuous(model, lengths, 32, true, 0);
+  auto fixed = run_static(model, lengths, 32);
+  std::cout << "  continuous batching " << continuous.useful_tokens_per_s << " tokens/s vs static "
+            << fixed.useful_tokens_per_s << " tokens/s: ratio " << continuous.useful_tokens_per_s / fixed.useful_tokens_per_s
+            << "\n";
+  out["continuous_vs_static"] = continuous.useful_tokens_per_s / fixed.useful_tokens_per_s;
+
+  // Cost of one interruption: 32 sequences with ~L tokens each re-prefilled.
+  {
+    generation_engine engine(model, {32, 16 + 512, 4096, true});
+    for (uint64_t i = 0; i < 32; ++i)
+      engine.submit(make_job(i, 16, 400));
+    for (int i = 0; i < (quick ? 48 : 112); ++i)
+      engine.step();
+    auto start = clock_type::now();
+    engine.step();
+    double normal = seconds_since(start);
+    uint64_t before = engine.counters().reprefill_tokens;
+    engine.update_weights(1, model.flat().clone());
+    start = clock_type::now();
+    engine.step();
+    double interrupted = seconds_since(start);
+    double tokens = static_cast<double>(engine.counters().reprefill_tokens - before);
+    double ms_per_1k = (interrupted - normal) * 1e3 / (tokens / 1000.0);
+    std::cout << "  interruption: re-prefill of " << tokens << " tokens in flight costs " << ms_per_1k
+              << " ms per 1k tokens (one step " << interrupted * 1e3 << " ms vs " << normal * 1e3 << " ms)\n";
+    out["interruption_ms_per_1k_tokens"] = ms_per_1k;
+  }
+  int every = quick ? 24 : 40;
+  auto interrupting = run_continuous(model, lengths, 32, true, every);
+  auto waiting = run_continuous(model, lengths, 32, false, every);
+  std::cout << "  weight update every " << every << " steps: interrupting " << interrupting.useful_tokens_per_s
+            << " tokens/s vs waiting " << waiting.useful_tokens_per_s << " tokens/s: ratio "
+            << interrupting.useful_tokens_per_s / waiting.useful_tokens_per_s << "\n";
+  out["interrupt_vs_wait"] = interrupting.useful_tokens_per_s / waiting.useful_tokens_per_s;
+
+  // Resident memory over many decode steps with sequences constantly replaced.
+  {
+    generation_engine engine(model, {32, 16 + 128, 256, true});
+    uint64_t next = 0;
+    auto top_up = [&] {
+      while (engine.queued() + engine.running() < 48) {
+        engine.submit(make_job(next, 16, 8 + static_cast<uint32_t>(next % 100)));
+        ++next;
+      }
+    };
+    top_up();
+    for (int i = 0; i < 200; ++i, top_up())
+      engine.step();
+    double before = resident_mb();
+    int steps = quick ? 2000 : 10000;
+    for (int i = 0; i < steps; ++i, top_up())
+      engine.step();
+    double after = resident_mb();
+    std::cout << "  resident memory " << before << " MB after warm-up, " << after << " MB after " << steps
+              << " more decode steps (" << next << " sequences): growth ratio " << after / before << "\n";
+    out["rss_growth_ratio"] = after / before;
+  }
+  if (!json_path.empty())
+    std::ofstream(json_path) << out.dump(2) << "\n";
+  return 0;
+}

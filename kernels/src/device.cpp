@@ -1,0 +1,33 @@
+#include "areal/kernels/device.hpp"
+
+#include "areal/kernels/model_config.hpp"
+
+namespace areal::kernels {
+
+at::TensorOptions tensor_options(const std::string& device, const std::string& dtype) {
+  at::ScalarType type;
+  if (dtype == "float32")
+    type = at::kFloat;
+  else if (dtype == "bfloat16")
+    type = at::kBFloat16;
+  else if (dtype == "float16")
+    type = at::kHalf;
+  else
+    throw format_error("model dtype \"" + dtype + "\" is not supported; use float32, bfloat16 or float16");
+  if (device == "cpu")
+    return at::TensorOptions().dtype(type).device(at::kCPU);
+  if (device.rfind("cuda", 0) == 0) {
+    if (!at::hasCUDA())
+      throw format_error("model device \"" + device
+                         + "\" asked for, but this LibTorch build has no CUDA (or no GPU is visible); use device = \"cpu\"");
+    int index = 0;
+    if (device.size() > 5 && device[4] == ':')
+      index = std::stoi(device.substr(5));
+    else if (device != "cuda")
+      throw format_error("model device \"" + device + "\": write cuda or cuda:N");
+    return at::TensorOptions().dtype(type).device(at::Device(at::kCUDA, static_cast<at::DeviceIndex>(index)));
+  }
+  throw format_error("model device \"" + device + "\" is not supported; use cpu or cuda[:N]");
+}
+
+}  // namespace areal::kernels
