@@ -82,6 +82,10 @@ model_config parse_model_config(const std::string& text, const std::string& sour
     c.bos_token_id = j["bos_token_id"].get<int64_t>();
   if (j.contains("eos_token_id") && j["eos_token_id"].is_number_integer())
     c.eos_token_id = j["eos_token_id"].get<int64_t>();
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
+    throw format_error(source + ": rope_scaling " + j["rope_scaling"].dump() + " is not supported; only plain rotary embeddings");
+  if (j.value("use_sliding_window", false))
+    throw format_error(source + ": use_sliding_window = true is not supported; attention is always full causal");
   if (j.contains("hidden_act") && j["hidden_act"] != "silu")
     throw format_error(source + ": hidden_act " + j["hidden_act"].dump() + " is not supported; only silu (SwiGLU)");
   c.validate(source);

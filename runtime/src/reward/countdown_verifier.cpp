@@ -8,6 +8,7 @@
 #include <map>
 
 #include "areal/reward/verifiers.hpp"
+#include "text.hpp"
 
 namespace areal::reward {
 
@@ -127,14 +128,7 @@ private:
   std::string error_;
 };
 
-std::string trim(std::string_view s) {
-  size_t b = 0, e = s.size();
-  while (b < e && std::isspace(static_cast<unsigned char>(s[b])))
-    ++b;
-  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1])))
-    --e;
-  return std::string{s.substr(b, e - b)};
-}
+using text::trim;
 
 std::string list(const std::vector<long long>& xs) {
   std::string out;

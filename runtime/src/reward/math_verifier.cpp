@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "areal/reward/verifiers.hpp"
+#include "text.hpp"
 
 namespace areal::reward {
 
@@ -16,14 +17,7 @@ std::string_view tail(std::string_view s) {
   return s.size() > max_scanned_chars ? s.substr(s.size() - max_scanned_chars) : s;
 }
 
-std::string trim(std::string_view s) {
-  size_t b = 0, e = s.size();
-  while (b < e && std::isspace(static_cast<unsigned char>(s[b])))
-    ++b;
-  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1])))
-    --e;
-  return std::string{s.substr(b, e - b)};
-}
+using text::trim;
 
 // Content of the brace group opening at s[open] == '{', or nullopt when unbalanced.
 std::optional<std::pair<std::string, size_t>> brace_group(std::string_view s, size_t open) {
