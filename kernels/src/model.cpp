@@ -174,6 +174,11 @@ void policy_model::bind_views() {
   }
 }
 
+void policy_model::set_trainable(bool trainable) {
+  flat_.requires_grad_(trainable);
+  bind_views();  // views made now carry the autograd link to flat_
+}
+
 at::Tensor policy_model::parameter(const std::string& name) const {
   for (auto& e : layout_)
     if (e.name == name)

@@ -80,6 +80,10 @@ public:
   at::Tensor forward_cached(kv_cache& cache, const step_input& input) const;
   /// Logits [.., vocab] of hidden states.
   at::Tensor logits(const at::Tensor& hidden) const;
+  /// The output projection [vocab, hidden] (the embedding when tied).
+  const at::Tensor& output_weight() const { return lm_head_; }
+  /// Makes the parameters trainable (gradients accumulate in flat().grad()) or not.
+  void set_trainable(bool trainable);
 
 private:
   struct rotary {

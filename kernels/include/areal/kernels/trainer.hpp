@@ -1,0 +1,143 @@
+// The trainer: decoupled PPO updates and SFT on the policy model, with
+// dynamic padding-free micro-batching, AdamW on the flat parameter buffer,
+// warmup + constant/cosine learning rate, global gradient-norm clipping,
+// skipped non-finite steps, and atomic checkpoints that resume exactly.
+//
+// One PPO update on a batch: (1) proximal log-probabilities, one forward pass
+// with the parameters before the update; (2) the batch is split into
+// `ppo_minibatches`; each is packed into micro-batches under
+// max_tokens_per_mb, gradients accumulate over them with the loss divided by
+// the minibatch's token count (so they equal the one-big-batch gradient), and
+// one optimizer step follows.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "areal/kernels/advantages.hpp"
+#include "areal/kernels/model.hpp"
+#include "areal/kernels/ppo.hpp"
+
+namespace areal::kernels {
+
+struct optimizer_config {
+  double lr = 1e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  int64_t warmup_steps = 0;
+  std::string schedule = "constant";  // or "cosine"
+  int64_t total_steps = 1000;         // for the cosine schedule
+  double min_lr_ratio = 0.0;          // cosine floor, as a fraction of lr
+  double max_grad_norm = 1.0;         // 0: no clipping
+  int max_nonfinite_in_row = 3;       // then training stops with an error
+};
+
+struct trainer_config {
+  optimizer_config optimizer;
+  ppo_config ppo;
+  int64_t ppo_minibatches = 1;
+  int64_t max_tokens_per_mb = 4096;
+  bool packed = true;                // false: fixed-size padded micro-batches (the ablation)
+  int64_t padded_mb_sequences = 8;   // sequences per padded micro-batch
+  double temperature = 1.0;          // as used when sampling
+  int64_t logprob_chunk_elements = int64_t{1} << 24;
+  double kl_coef = 0.0;              // weight of KL(pi_theta || pi_ref) when reference log-probs are given
+  kl_estimator kl = kl_estimator::k3;
+  uint64_t seed = 1;                 // minibatch shuffling
+};
+
+struct rl_sample {
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> response;
+  std::vector<float> behaviour_logprobs;  // one per response token
+  double advantage = 0.0;                 // per sequence (outcome reward), given to each of its tokens
+  std::vector<float> reference_logprobs;  // optional, for the KL term
+};
+
+struct sft_sample {
+  std::vector<int32_t> prompt;    // masked out of the loss
+  std::vector<int32_t> response;  // trained on
+};
+
+struct step_stats {
+  double loss = 0;
+  double grad_norm = 0;
+  double kl = 0;
+  double lr = 0;
+  bool skipped = false;          // non-finite loss or gradient: no update
+  int64_t tokens = 0;            // trained (response) tokens
+  int64_t computed_tokens = 0;   // tokens run through the model, padding included
+  int64_t micro_batches = 0;
+  int64_t optimizer_steps = 0;
+  ppo_token_stats ppo;
+  double seconds = 0;
+};
+
+/// Raised when training cannot go on (repeated non-finite steps, unreadable checkpoint).
+struct training_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class trainer {
+public:
+  trainer(policy_model& model, trainer_config config);
+
+  /// Log-probabilities of each sample's response tokens under the current parameters.
+  std::vector<std::vector<float>> response_logprobs(const std::vector<std::vector<int32_t>>& prompts,
+                                                    const std::vector<std::vector<int32_t>>& responses);
+  /// One decoupled-PPO update (ppo_minibatches optimizer steps).
+  step_stats ppo_update(const std::vector<rl_sample>& batch);
+  /// The gradient of the whole batch as one minibatch, left in model.flat().grad(); no step.
+  step_stats ppo_gradients(const std::vector<rl_sample>& batch);
+  /// pi_prox of each sample's response tokens: the current parameters, no gradient.
+  std::vector<std::vector<float>> proximal_logprobs(const std::vector<rl_sample>& batch);
+  /// One supervised step: cross-entropy on response tokens (prompt masked), token mean.
+  step_stats sft_update(const std::vector<sft_sample>& batch);
+
+  /// Weights (Hugging Face layout, loadable by the engine), optimizer state, counters, RNG.
+  /// Atomic: a crash mid-write leaves the previous checkpoint usable.
+  void save_checkpoint(const std::string& directory) const;
+  /// Restores everything save_checkpoint wrote; a following update continues exactly.
+  void load_checkpoint(const std::string& directory);
+
+  int64_t optimizer_step() const { return step_; }
+  int64_t policy_version() const { return version_; }
+  void set_policy_version(int64_t v) { version_ = v; }
+  int64_t skipped_steps() const { return skipped_total_; }
+  double learning_rate() const;
+  const trainer_config& config() const { return config_; }
+
+private:
+  struct sequence_ref {
+    const std::vector<int32_t>* prompt;
+    const std::vector<int32_t>* response;
+  };
+  // Response-token log-probs of one micro-batch (differentiable when grad is on).
+  at::Tensor micro_batch_logprobs(const std::vector<sequence_ref>& seqs, const std::vector<size_t>& members,
+                                  int64_t* computed_tokens);
+  std::vector<std::vector<size_t>> plan(const std::vector<sequence_ref>& seqs, const std::vector<size_t>& members) const;
+  void check_batch(const std::vector<rl_sample>& batch) const;
+  // Accumulates the gradient of the members' token-mean loss; returns that loss.
+  double accumulate(const std::vector<rl_sample>& batch, const std::vector<std::vector<float>>& prox,
+                    const std::vector<size_t>& members, step_stats& stats);
+  // Clip, check, AdamW; returns false when the step was skipped.
+  bool apply_gradients(step_stats& stats);
+
+  policy_model& model_;
+  trainer_config config_;
+  at::Tensor adam_m_, adam_v_;
+  int64_t step_ = 0;
+  int64_t version_ = 0;
+  int64_t skipped_total_ = 0;
+  int skipped_in_row_ = 0;
+  std::mt19937_64 rng_;
+};
+
+}  // namespace areal::kernels

@@ -1,0 +1,358 @@
+#include "areal/kernels/trainer.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "areal/kernels/logprobs.hpp"
+#include "areal/kernels/packing.hpp"
+#include "areal/kernels/safetensors.hpp"
+
+namespace fs = std::filesystem;
+
+namespace areal::kernels {
+
+namespace {
+
+constexpr int checkpoint_format = 1;
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+stored_tensor to_stored(const at::Tensor& t) {
+  auto cpu = t.detach().to(at::kCPU).to(at::kFloat).contiguous();
+  stored_tensor s{dtype::f32, {cpu.numel()}, {}};
+  auto bytes = static_cast<const char*>(cpu.data_ptr());
+  s.data.assign(bytes, bytes + cpu.numel() * 4);
+  return s;
+}
+
+}  // namespace
+
+trainer::trainer(policy_model& model, trainer_config config)
+  : model_(model), config_(std::move(config)), rng_(config_.seed) {
+  model_.set_trainable(true);
+  auto opts = model_.flat().options().dtype(at::kFloat);
+  adam_m_ = at::zeros({model_.flat().numel()}, opts);
+  adam_v_ = at::zeros({model_.flat().numel()}, opts);
+  if (config_.optimizer.schedule != "constant" && config_.optimizer.schedule != "cosine")
+    throw std::invalid_argument("optimizer schedule \"" + config_.optimizer.schedule + "\": use constant or cosine");
+}
+
+double trainer::learning_rate() const {
+  auto& o = config_.optimizer;
+  if (o.warmup_steps > 0 && step_ < o.warmup_steps)
+    return o.lr * static_cast<double>(step_ + 1) / static_cast<double>(o.warmup_steps);
+  if (o.schedule == "constant")
+    return o.lr;
+  auto span = std::max<int64_t>(1, o.total_steps - o.warmup_steps);
+  auto progress = std::min(1.0, static_cast<double>(step_ - o.warmup_steps) / static_cast<double>(span));
+  return o.lr * (o.min_lr_ratio + (1.0 - o.min_lr_ratio) * 0.5 * (1.0 + std::cos(M_PI * progress)));
+}
+
+std::vector<std::vector<size_t>> trainer::plan(const std::vector<sequence_ref>& seqs,
+                                               const std::vector<size_t>& members) const {
+  std::vector<int64_t> lengths;
+  for (auto i : members)
+    lengths.push_back(static_cast<int64_t>(seqs[i].prompt->size() + seqs[i].response->size()));
+  auto local = config_.packed ? pack_first_fit_decreasing(lengths, config_.max_tokens_per_mb)
+                              : pack_fixed(members.size(), static_cast<size_t>(config_.padded_mb_sequences));
+  for (auto& mb : local)
+    for (auto& i : mb)
+      i = members[i];
+  return local;
+}
+
+at::Tensor trainer::micro_batch_logprobs(const std::vector<sequence_ref>& seqs, const std::vector<size_t>& members,
+                                         int64_t* computed_tokens) {
+  // Packed: sequences back to back. Padded: each extended with token 0 to the
+  // micro-batch's longest, so that padding costs what it costs.
+  int64_t longest = 0;
+  for (auto i : members)
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(seqs[i].prompt->size() + seqs[i].response->size()));
+  std::vector<int64_t> tokens, cu{0}, rows, targets;
+  for (auto i : members) {
+    auto& p = *seqs[i].prompt;
+    auto& r = *seqs[i].response;
+    auto start = cu.back();
+    tokens.insert(tokens.end(), p.begin(), p.end());
+    tokens.insert(tokens.end(), r.begin(), r.end());
+    // Response token j is predicted by the hidden state at position |prompt| - 1 + j.
+    for (size_t j = 0; j < r.size(); ++j) {
+      rows.push_back(start + static_cast<int64_t>(p.size()) - 1 + static_cast<int64_t>(j));
+      targets.push_back(r[j]);
+    }
+    auto length = static_cast<int64_t>(p.size() + r.size());
+    if (!config_.packed)
+      for (; length < longest; ++length)
+        tokens.push_back(0);
+    cu.push_back(start + length);
+  }
+  *computed_tokens += cu.back();
+  auto device = model_.flat().device();
+  auto hidden = model_.forward(at::tensor(tokens).to(device), cu);
+  auto selected = hidden.index_select(0, at::tensor(rows).to(device));
+  return chunked_token_logprobs(selected, model_.output_weight(), at::tensor(targets).to(device), config_.temperature,
+                                config_.logprob_chunk_elements);
+}
+
+std::vector<std::vector<float>> trainer::response_logprobs(const std::vector<std::vector<int32_t>>& prompts,
+                                                           const std::vector<std::vector<int32_t>>& responses) {
+  at::NoGradGuard no_grad;
+  std::vector<sequence_ref> seqs;
+  for (size_t i = 0; i < prompts.size(); ++i)
+    seqs.push_back({&prompts[i], &responses[i]});
+  std::vector<size_t> all(seqs.size());
+  std::iota(all.begin(), all.end(), 0);
+  std::vector<std::vector<float>> out(seqs.size());
+  int64_t computed = 0;
+  for (auto& mb : plan(seqs, all)) {
+    auto logp = micro_batch_logprobs(seqs, mb, &computed).to(at::kCPU).contiguous();
+    auto data = logp.data_ptr<float>();
+    size_t offset = 0;
+    for (auto i : mb) {
+      auto n = seqs[i].response->size();
+      out[i].assign(data + offset, data + offset + n);
+      offset += n;
+    }
+  }
+  return out;
+}
+
+bool trainer::apply_gradients(step_stats& stats) {
+  at::NoGradGuard no_grad;
+  auto& flat = model_.flat();
+  auto grad = flat.grad();
+  if (!grad.defined())
+    grad = at::zeros_like(flat);
+  auto norm = grad.to(at::kFloat).norm().item<double>();
+  stats.grad_norm = norm;
+  stats.lr = learning_rate();
+  if (!std::isfinite(norm) || !std::isfinite(stats.loss)) {
+    stats.skipped = true;
+    ++skipped_total_;
+    if (++skipped_in_row_ >= config_.optimizer.max_nonfinite_in_row)
+      throw training_error(std::to_string(skipped_in_row_) + " optimizer steps in a row had a non-finite loss or "
+                           "gradient (last: loss " + std::to_string(stats.loss) + ", gradient norm "
+                           + std::to_string(norm) + "); training stopped, the last checkpoint is intact. Lower the "
+                           "learning rate or check the data.");
+    grad.zero_();
+    return false;
+  }
+  skipped_in_row_ = 0;
+  auto& o = config_.optimizer;
+  auto g = grad.to(at::kFloat);
+  if (o.max_grad_norm > 0 && norm > o.max_grad_norm)
+    g = g * (o.max_grad_norm / (norm + 1e-6));
+  ++step_;
+  adam_m_.mul_(o.beta1).add_(g, 1.0 - o.beta1);
+  adam_v_.mul_(o.beta2).addcmul_(g, g, 1.0 - o.beta2);
+  auto bias1 = 1.0 - std::pow(o.beta1, static_cast<double>(step_));
+  auto bias2 = 1.0 - std::pow(o.beta2, static_cast<double>(step_));
+  auto update = (adam_m_ / bias1) / ((adam_v_ / bias2).sqrt_().add_(o.eps));
+  if (o.weight_decay > 0)
+    update.add_(flat.to(at::kFloat), o.weight_decay);
+  flat.sub_(update.mul_(stats.lr).to(flat.scalar_type()));
+  grad.zero_();
+  stats.optimizer_steps++;
+  return true;
+}
+
+void trainer::check_batch(const std::vector<rl_sample>& batch) const {
+  for (auto& s : batch) {
+    if (s.behaviour_logprobs.size() != s.response.size())
+      throw std::invalid_argument("a sample has " + std::to_string(s.response.size()) + " response tokens but "
+                                  + std::to_string(s.behaviour_logprobs.size()) + " behaviour log-probabilities");
+    if (s.prompt.empty() || s.response.empty())
+      throw std::invalid_argument("a sample needs a non-empty prompt and response");
+  }
+}
+
+double trainer::accumulate(const std::vector<rl_sample>& batch, const std::vector<std::vector<float>>& prox,
+                           const std::vector<size_t>& members, step_stats& stats) {
+  std::vector<sequence_ref> seqs;
+  for (auto& s : batch)
+    seqs.push_back({&s.prompt, &s.response});
+  int64_t minibatch_tokens = 0;
+  for (auto i : members)
+    minibatch_tokens += static_cast<int64_t>(batch[i].response.size());
+  double minibatch_loss = 0, minibatch_kl = 0;
+  for (auto& mb : plan(seqs, members)) {
+    auto logp = micro_batch_logprobs(seqs, mb, &stats.computed_tokens);
+    std::vector<float> p, b, a, r;
+    bool with_reference = config_.kl_coef > 0;
+    for (auto i : mb) {
+      p.insert(p.end(), prox[i].begin(), prox[i].end());
+      b.insert(b.end(), batch[i].behaviour_logprobs.begin(), batch[i].behaviour_logprobs.end());
+      a.insert(a.end(), batch[i].response.size(), static_cast<float>(batch[i].advantage));
+      with_reference = with_reference && batch[i].reference_logprobs.size() == batch[i].response.size();
+      if (with_reference)
+        r.insert(r.end(), batch[i].reference_logprobs.begin(), batch[i].reference_logprobs.end());
+    }
+    auto device = logp.device();
+    auto losses = ppo_token_losses(logp, at::tensor(p).to(device), at::tensor(b).to(device), at::tensor(a).to(device),
+                                   config_.ppo, &stats.ppo);
+    if (with_reference) {
+      auto kl = kl_penalty(logp, at::tensor(r).to(device), config_.kl);
+      minibatch_kl += kl.sum().item<double>();
+      losses = losses + config_.kl_coef * kl;
+    }
+    // Divided by the minibatch's tokens, not the micro-batch's: the accumulated
+    // gradient is then the gradient of the minibatch's token mean.
+    auto loss = losses.sum() / static_cast<double>(minibatch_tokens);
+    loss.backward();
+    minibatch_loss += loss.item<double>();
+    stats.micro_batches++;
+  }
+  stats.kl = minibatch_kl / static_cast<double>(minibatch_tokens);
+  stats.tokens += minibatch_tokens;
+  return minibatch_loss;
+}
+
+std::vector<std::vector<float>> trainer::proximal_logprobs(const std::vector<rl_sample>& batch) {
+  std::vector<std::vector<int32_t>> prompts, responses;
+  for (auto& s : batch) {
+    prompts.push_back(s.prompt);
+    responses.push_back(s.response);
+  }
+  return response_logprobs(prompts, responses);
+}
+
+step_stats trainer::ppo_gradients(const std::vector<rl_sample>& batch) {
+  check_batch(batch);
+  step_stats stats;
+  auto prox = proximal_logprobs(batch);
+  std::vector<size_t> all(batch.size());
+  std::iota(all.begin(), all.end(), 0);
+  stats.loss = accumulate(batch, prox, all, stats);
+  return stats;
+}
+
+step_stats trainer::ppo_update(const std::vector<rl_sample>& batch) {
+  auto start = std::chrono::steady_clock::now();
+  step_stats stats;
+  if (batch.empty())
+    return stats;
+  check_batch(batch);
+  // (1) pi_prox: the parameters before this update, one forward pass.
+  auto prox = proximal_logprobs(batch);
+  // (2) minibatches in a shuffled order, one optimizer step each.
+  std::vector<size_t> order(batch.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng_);
+  auto minibatches = std::max<int64_t>(1, std::min<int64_t>(config_.ppo_minibatches, static_cast<int64_t>(batch.size())));
+  double loss_total = 0;
+  for (int64_t m = 0; m < minibatches; ++m) {
+    auto begin = order.size() * static_cast<size_t>(m) / static_cast<size_t>(minibatches);
+    auto end = order.size() * static_cast<size_t>(m + 1) / static_cast<size_t>(minibatches);
+    std::vector<size_t> members(order.begin() + static_cast<long>(begin), order.begin() + static_cast<long>(end));
+    stats.loss = accumulate(batch, prox, members, stats);
+    loss_total += stats.loss;
+    apply_gradients(stats);
+  }
+  stats.loss = loss_total / static_cast<double>(minibatches);
+  stats.seconds = seconds_since(start);
+  return stats;
+}
+
+step_stats trainer::sft_update(const std::vector<sft_sample>& batch) {
+  auto start = std::chrono::steady_clock::now();
+  step_stats stats;
+  std::vector<sequence_ref> seqs;
+  int64_t total = 0;
+  for (auto& s : batch) {
+    if (s.prompt.empty() || s.response.empty())
+      throw std::invalid_argument("an SFT sample needs a non-empty prompt and response");
+    seqs.push_back({&s.prompt, &s.response});
+    total += static_cast<int64_t>(s.response.size());
+  }
+  std::vector<size_t> all(seqs.size());
+  std::iota(all.begin(), all.end(), 0);
+  for (auto& mb : plan(seqs, all)) {
+    auto logp = micro_batch_logprobs(seqs, mb, &stats.computed_tokens);
+    auto loss = -logp.sum() / static_cast<double>(total);
+    loss.backward();
+    stats.loss += loss.item<double>();
+    stats.micro_batches++;
+  }
+  stats.tokens = total;
+  apply_gradients(stats);
+  stats.seconds = seconds_since(start);
+  return stats;
+}
+
+void trainer::save_checkpoint(const std::string& directory) const {
+  // Write everything into a fresh sibling directory, then swap it into place:
+  // at every moment either the old or the new checkpoint is complete on disk.
+  fs::path target{directory};
+  auto fresh = fs::path{directory + ".new"};
+  auto old = fs::path{directory + ".old"};
+  fs::remove_all(fresh);
+  fs::create_directories(fresh);
+  model_.save((fresh / "model").string());
+  tensor_map state;
+  state.emplace("adam_m", to_stored(adam_m_));
+  state.emplace("adam_v", to_stored(adam_v_));
+  write_safetensors((fresh / "optimizer.safetensors").string(), state);
+  std::ostringstream rng;
+  rng << rng_;
+  nlohmann::json j = {{"format", checkpoint_format}, {"optimizer_step", step_},     {"policy_version", version_},
+                      {"skipped_total", skipped_total_}, {"skipped_in_row", skipped_in_row_}, {"rng", rng.str()},
+                      {"parameters", model_.flat().numel()}};
+  std::ofstream(fresh / "trainer_state.json") << j.dump(2) << "\n";
+  std::error_code ec;
+  fs::remove_all(old, ec);
+  if (fs::exists(target))
+    fs::rename(target, old);
+  fs::rename(fresh, target);
+  fs::remove_all(old, ec);
+}
+
+void trainer::load_checkpoint(const std::string& directory) {
+  fs::path dir{directory};
+  if (!fs::exists(dir / "trainer_state.json") && fs::exists(directory + ".old"))
+    dir = directory + ".old";  // the process died between the two renames of a save
+  std::ifstream in(dir / "trainer_state.json");
+  if (!in)
+    throw training_error(directory + ": no trainer_state.json; not a trainer checkpoint");
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const nlohmann::json::exception& e) {
+    throw training_error((dir / "trainer_state.json").string() + ": " + e.what());
+  }
+  if (j.value("format", 0) != checkpoint_format)
+    throw training_error(dir.string() + ": checkpoint format " + std::to_string(j.value("format", 0))
+                         + ", this build reads format " + std::to_string(checkpoint_format));
+  if (j.value("parameters", int64_t{0}) != model_.flat().numel())
+    throw training_error(dir.string() + ": checkpoint of a model with " + std::to_string(j.value("parameters", int64_t{0}))
+                         + " parameters, this model has " + std::to_string(model_.flat().numel()));
+  {
+    at::NoGradGuard no_grad;
+    model_.load_tensors(read_checkpoint((dir / "model").string()), (dir / "model").string());
+    auto state = read_safetensors((dir / "optimizer.safetensors").string());
+    for (auto [name, target] : {std::pair<const char*, at::Tensor*>{"adam_m", &adam_m_}, {"adam_v", &adam_v_}}) {
+      auto it = state.find(name);
+      if (it == state.end() || it->second.numel() != target->numel())
+        throw training_error(dir.string() + ": optimizer state \"" + name + "\" is missing or has the wrong size");
+      target->copy_(at::from_blob(it->second.data.data(), {it->second.numel()}, at::kFloat));
+    }
+  }
+  step_ = j.at("optimizer_step").get<int64_t>();
+  version_ = j.at("policy_version").get<int64_t>();
+  skipped_total_ = j.value("skipped_total", int64_t{0});
+  skipped_in_row_ = j.value("skipped_in_row", 0);
+  std::istringstream rng(j.at("rng").get<std::string>());
+  rng >> rng_;
+}
+
+}  // namespace areal::kernels
