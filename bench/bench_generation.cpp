@@ -21,6 +21,7 @@
 #include <ATen/Parallel.h>
 #include <nlohmann/json.hpp>
 
+#include "areal/kernels/allocator.hpp"
 #include "areal/kernels/blas_probe.hpp"
 #include "areal/kernels/engine.hpp"
 
@@ -146,11 +147,12 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  auto allocator = tune_allocator();
   at::set_num_threads(threads);
   at::NoGradGuard no_grad;
   nlohmann::json out;
   auto facts = probe_blas();
-  std::cout << "machine: " << std::thread::hardware_concurrency() << " hardware threads; " << describe(facts) << "\n";
+  std::cout << "machine: " << std::thread::hardware_concurrency() << " hardware threads; " << describe(facts) << "; " << allocator << "\n";
   out["threads"] = facts.intra_op_threads;
   out["blas"] = facts.library;
 

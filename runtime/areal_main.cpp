@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "areal/actors/node.hpp"
+#include "areal/kernels/allocator.hpp"
 #include "areal/kernels/blas_probe.hpp"
 #include "areal/runtime/cli.hpp"
 #include "areal/runtime/log.hpp"
@@ -14,6 +15,7 @@
 namespace fs = std::filesystem;
 
 int main(int argc, char** argv) {
+  areal::kernels::tune_allocator();
   auto cli = areal::parse_cli(argc, argv);
   if (!cli.options) {
     std::cerr << "areal: " << cli.error << "\n";

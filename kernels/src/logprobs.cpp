@@ -54,9 +54,9 @@ struct chunked_logprob_function : torch::autograd::Function<chunked_logprob_func
       auto d = logits.sub_(lse.narrow(0, begin, n).unsqueeze(1)).exp_().mul_(g.neg().unsqueeze(1));  // -g * softmax
       d.scatter_add_(1, targets.narrow(0, begin, n).unsqueeze(1), g.unsqueeze(1));                   // + g at target
       d.mul_(inv_temp);
-      auto d_typed = d.to(hidden.scalar_type());
-      grad_hidden.narrow(0, begin, n).copy_(at::matmul(d_typed, weight));
-      grad_weight.add_(at::matmul(d.t(), hidden.narrow(0, begin, n).to(at::kFloat)));
+      auto grad_rows = grad_hidden.narrow(0, begin, n);
+      at::mm_out(grad_rows, d.to(hidden.scalar_type()), weight);
+      grad_weight.addmm_(d.t(), hidden.narrow(0, begin, n).to(at::kFloat));  // in place: no [V, H] temporary
     }
     return {grad_hidden, grad_weight.to(weight.scalar_type()), at::Tensor(), at::Tensor(), at::Tensor()};
   }

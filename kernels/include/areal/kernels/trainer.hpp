@@ -47,7 +47,7 @@ struct trainer_config {
   bool packed = true;                // false: fixed-size padded micro-batches (the ablation)
   int64_t padded_mb_sequences = 8;   // sequences per padded micro-batch
   double temperature = 1.0;          // as used when sampling
-  int64_t logprob_chunk_elements = int64_t{1} << 24;
+  int64_t logprob_chunk_elements = int64_t{1} << 26;
   double kl_coef = 0.0;              // weight of KL(pi_theta || pi_ref) when reference log-probs are given
   kl_estimator kl = kl_estimator::k3;
   uint64_t seed = 1;                 // minibatch shuffling
