@@ -188,26 +188,26 @@ TEST_CASE("packed micro-batches give the same log-probs as sequences alone and t
       CHECK(std::abs(alone[0][t] - together[i][t]) <= 1e-4);
   }
   packed_trainer.ppo_gradients(batch);
-  auto single = model.flat().grad().clone();
-  model.flat().grad().zero_();
+  auto single = model.flat_grad().clone();
+  model.flat_grad().zero_();
   trainer_config small_mbs;
   small_mbs.max_tokens_per_mb = 24;  // several micro-batches
   trainer split_trainer(model, small_mbs);
   auto stats = split_trainer.ppo_gradients(batch);
   CHECK(stats.micro_batches > 3);
-  auto accumulated = model.flat().grad().clone();
+  auto accumulated = model.flat_grad().clone();
   auto relative = (accumulated - single).norm().item<double>() / single.norm().item<double>();
   CHECK(relative <= 1e-5);
   // Padded micro-batches: same gradient, more computed tokens.
-  model.flat().grad().zero_();
+  model.flat_grad().zero_();
   trainer_config padded;
   padded.packed = false;
   padded.padded_mb_sequences = 3;
   trainer padded_trainer(model, padded);
   auto padded_stats = padded_trainer.ppo_gradients(batch);
-  CHECK((model.flat().grad() - single).norm().item<double>() / single.norm().item<double>() <= 1e-5);
+  CHECK((model.flat_grad() - single).norm().item<double>() / single.norm().item<double>() <= 1e-5);
   CHECK(padded_stats.computed_tokens > stats.computed_tokens);
-  model.flat().grad().zero_();
+  model.flat_grad().zero_();
 }
 
 TEST_CASE("advantage estimators against hand-computed groups") {

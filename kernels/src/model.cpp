@@ -139,44 +139,50 @@ int64_t policy_model::offset_of(const std::string& name) const {
 }
 
 void policy_model::bind_views() {
-  std::map<std::string, at::Tensor> views;
-  for (auto& e : layout_)
-    views[e.name] = flat_.narrow(0, e.offset, e.numel).view(e.shape);
-  embed_ = views["model.embed_tokens.weight"];
-  final_norm_ = views["model.norm.weight"];
-  lm_head_ = config_.tie_word_embeddings ? embed_ : views["lm_head.weight"];
+  // The forward pass uses one tensor per block of parameters that run together
+  // (q/k/v weights, q/k/v biases, gate/up). When trainable, each block is a leaf
+  // that shares flat_'s storage and whose gradient is a view into flat_grad_:
+  // autograd accumulates in place, so gradients land in one buffer without the
+  // full-size temporaries that views of a single leaf would cost in backward.
+  auto block = [&](const std::string& first, std::vector<int64_t> shape) {
+    int64_t numel = 1;
+    for (auto d : shape)
+      numel *= d;
+    auto offset = offset_of(first);
+    auto view = flat_.narrow(0, offset, numel).view(shape);
+    if (!flat_grad_.defined())
+      return view;
+    auto leaf = view.detach().requires_grad_(true);
+    leaf.mutable_grad() = flat_grad_.narrow(0, offset, numel).view(shape);
+    return leaf;
+  };
+  auto h = config_.hidden_size, d = config_.head_dim(), inter = config_.intermediate_size;
+  auto qkv_rows = (config_.num_attention_heads + 2 * config_.num_key_value_heads) * d;
+  embed_ = block("model.embed_tokens.weight", {config_.vocab_size, h});
+  final_norm_ = block("model.norm.weight", {h});
+  lm_head_ = config_.tie_word_embeddings ? embed_ : block("lm_head.weight", {config_.vocab_size, h});
   layers_.clear();
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
     auto p = "model.layers." + std::to_string(l) + ".";
     layer_views v;
-    v.input_norm = views[p + "input_layernorm.weight"];
-    v.q_w = views[p + "self_attn.q_proj.weight"];
-    v.k_w = views[p + "self_attn.k_proj.weight"];
-    v.v_w = views[p + "self_attn.v_proj.weight"];
-    if (config_.attention_bias) {
-      v.q_b = views[p + "self_attn.q_proj.bias"];
-      v.k_b = views[p + "self_attn.k_proj.bias"];
-      v.v_b = views[p + "self_attn.v_proj.bias"];
-    }
-    v.o_w = views[p + "self_attn.o_proj.weight"];
-    auto qkv_rows = v.q_w.size(0) + 2 * v.k_w.size(0);
-    v.qkv_w = flat_.narrow(0, offset_of(p + "self_attn.q_proj.weight"), qkv_rows * config_.hidden_size)
-                .view({qkv_rows, config_.hidden_size});
+    v.input_norm = block(p + "input_layernorm.weight", {h});
+    v.qkv_w = block(p + "self_attn.q_proj.weight", {qkv_rows, h});
     if (config_.attention_bias)
-      v.qkv_b = flat_.narrow(0, offset_of(p + "self_attn.q_proj.bias"), qkv_rows);
-    v.gate_up_w = flat_.narrow(0, offset_of(p + "mlp.gate_proj.weight"), 2 * config_.intermediate_size * config_.hidden_size)
-                    .view({2 * config_.intermediate_size, config_.hidden_size});
-    v.post_norm = views[p + "post_attention_layernorm.weight"];
-    v.gate_w = views[p + "mlp.gate_proj.weight"];
-    v.up_w = views[p + "mlp.up_proj.weight"];
-    v.down_w = views[p + "mlp.down_proj.weight"];
+      v.qkv_b = block(p + "self_attn.q_proj.bias", {qkv_rows});
+    v.o_w = block(p + "self_attn.o_proj.weight", {h, config_.num_attention_heads * d});
+    v.post_norm = block(p + "post_attention_layernorm.weight", {h});
+    v.gate_up_w = block(p + "mlp.gate_proj.weight", {2 * inter, h});
+    v.down_w = block(p + "mlp.down_proj.weight", {h, inter});
     layers_.push_back(v);
   }
 }
 
 void policy_model::set_trainable(bool trainable) {
-  flat_.requires_grad_(trainable);
-  bind_views();  // views made now carry the autograd link to flat_
+  if (trainable && !flat_grad_.defined())
+    flat_grad_ = at::zeros_like(flat_);
+  if (!trainable)
+    flat_grad_ = at::Tensor();
+  bind_views();
 }
 
 at::Tensor policy_model::parameter(const std::string& name) const {

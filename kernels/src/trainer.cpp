@@ -131,9 +131,7 @@ std::vector<std::vector<float>> trainer::response_logprobs(const std::vector<std
 bool trainer::apply_gradients(step_stats& stats) {
   at::NoGradGuard no_grad;
   auto& flat = model_.flat();
-  auto grad = flat.grad();
-  if (!grad.defined())
-    grad = at::zeros_like(flat);
+  auto& grad = model_.flat_grad();
   auto norm = grad.to(at::kFloat).norm().item<double>();
   stats.grad_norm = norm;
   stats.lr = learning_rate();

@@ -82,16 +82,17 @@ public:
   at::Tensor logits(const at::Tensor& hidden) const;
   /// The output projection [vocab, hidden] (the embedding when tied).
   const at::Tensor& output_weight() const { return lm_head_; }
-  /// Makes the parameters trainable (gradients accumulate in flat().grad()) or not.
+  /// Makes the parameters trainable (gradients accumulate in flat_grad()) or not.
   void set_trainable(bool trainable);
+  /// Gradients of all parameters, laid out as flat() (undefined unless trainable).
+  at::Tensor& flat_grad() { return flat_grad_; }
 
 private:
   struct rotary {
     at::Tensor cos, sin;  // [T, 1, head_dim]
   };
   struct layer_views {
-    at::Tensor input_norm, q_w, q_b, k_w, k_b, v_w, v_b, o_w, post_norm, gate_w, up_w, down_w;
-    at::Tensor qkv_w, qkv_b, gate_up_w;  // fused views over adjacent parameters
+    at::Tensor input_norm, qkv_w, qkv_b, o_w, post_norm, gate_up_w, down_w;  // qkv and gate_up: adjacent parameters as one
   };
   int64_t offset_of(const std::string& name) const;
   std::tuple<at::Tensor, at::Tensor, at::Tensor> project_qkv(const layer_views& layer, const at::Tensor& h,
@@ -104,6 +105,7 @@ private:
 
   model_config config_;
   at::Tensor flat_;
+  at::Tensor flat_grad_;
   std::vector<parameter_entry> layout_;
   at::Tensor embed_, final_norm_, lm_head_;
   std::vector<layer_views> layers_;
