@@ -1,0 +1,86 @@
+// The controller's bookkeeping, free of CAF so that it is tested exactly:
+// the staleness gate (which generation requests may start) and the group
+// buffer (which scored trajectories form the next training batch).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "areal/messages/records.hpp"
+
+namespace areal {
+
+/// Admission under the staleness bound eta (ARCHITECTURE.md section 2). With B
+/// the batch size in trajectories, v the current policy version, `accepted` the
+/// trajectories delivered to the buffer and `running` those in flight, a request
+/// may start while
+///     min(max_concurrent - running, (eta + v + 1) * B - (accepted + running)) > 0.
+/// Equivalently the i-th trajectory ever admitted satisfies floor((i-1)/B) <= v + eta.
+/// eta = 0 is synchronous: a batch's samples all come from the newest weights.
+class staleness_gate {
+public:
+  staleness_gate(int64_t batch_size, int64_t eta, int64_t max_concurrent);
+
+  /// How many more requests may start now (0 or more).
+  int64_t capacity() const;
+  /// Records `n` admitted requests; throws std::logic_error past capacity.
+  void admit(int64_t n = 1);
+  /// A running request ended: delivered to the buffer (counts as accepted) or dropped.
+  void finish(bool delivered);
+  /// The policy version advanced (after a training step).
+  void set_version(int64_t version);
+  /// After a resume from a checkpoint of policy version v: nothing runs, and
+  /// `accepted` is what v batches consumed (the reference system once forgot this
+  /// and let staleness run past eta after a restart).
+  void restore(int64_t version);
+
+  int64_t version() const { return version_; }
+  int64_t accepted() const { return accepted_; }
+  int64_t running() const { return running_; }
+  int64_t admitted_total() const { return admitted_total_; }
+  int64_t batch_size() const { return batch_size_; }
+  int64_t eta() const { return eta_; }
+
+private:
+  int64_t batch_size_, eta_, max_concurrent_;
+  int64_t version_ = 0, accepted_ = 0, running_ = 0, admitted_total_ = 0;
+};
+
+/// Collects scored trajectories by group (the n samples of one prompt); a group
+/// enters a batch only when all its samples arrived. Groups with a dropped
+/// sample are dropped whole, with the reason kept.
+class group_buffer {
+public:
+  explicit group_buffer(int64_t group_size);
+
+  void add(trajectory t);
+  /// One sample of `group_id` will never arrive (worker lost, generation failed).
+  void drop_sample(uint64_t group_id, const std::string& reason);
+  /// Complete groups, oldest first, until `batch_size` trajectories (whole groups only);
+  /// nothing when fewer are ready.
+  std::optional<std::vector<trajectory>> take_batch(int64_t batch_size);
+
+  int64_t ready_trajectories() const;
+  int64_t pending_groups() const { return static_cast<int64_t>(partial_.size()); }
+  /// Trajectories dropped with their group, by reason.
+  const std::map<std::string, int64_t>& dropped() const { return dropped_; }
+
+private:
+  struct partial_group {
+    std::vector<trajectory> members;
+    int64_t missing_dropped = 0;
+    std::string drop_reason;
+  };
+  void settle(uint64_t group_id);
+
+  int64_t group_size_;
+  std::map<uint64_t, partial_group> partial_;
+  std::deque<std::vector<trajectory>> complete_;
+  std::map<std::string, int64_t> dropped_;
+};
+
+}  // namespace areal

@@ -1,0 +1,98 @@
+#include "areal/actors/admission.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace areal {
+
+staleness_gate::staleness_gate(int64_t batch_size, int64_t eta, int64_t max_concurrent)
+  : batch_size_(batch_size), eta_(eta), max_concurrent_(max_concurrent) {
+  if (batch_size <= 0 || eta < 0 || max_concurrent <= 0)
+    throw std::invalid_argument("staleness gate: batch size and max_concurrent must be positive, eta non-negative");
+}
+
+int64_t staleness_gate::capacity() const {
+  auto by_concurrency = max_concurrent_ - running_;
+  auto by_staleness = (eta_ + version_ + 1) * batch_size_ - (accepted_ + running_);
+  return std::max<int64_t>(0, std::min(by_concurrency, by_staleness));
+}
+
+void staleness_gate::admit(int64_t n) {
+  if (n > capacity())
+    throw std::logic_error("staleness gate: admitting " + std::to_string(n) + " with capacity "
+                           + std::to_string(capacity()));
+  running_ += n;
+  admitted_total_ += n;
+}
+
+void staleness_gate::finish(bool delivered) {
+  if (running_ <= 0)
+    throw std::logic_error("staleness gate: a request finished but none was running");
+  --running_;
+  if (delivered)
+    ++accepted_;
+}
+
+void staleness_gate::set_version(int64_t version) {
+  version_ = version;
+}
+
+void staleness_gate::restore(int64_t version) {
+  version_ = version;
+  accepted_ = version * batch_size_;
+  running_ = 0;
+  admitted_total_ = accepted_;
+}
+
+group_buffer::group_buffer(int64_t group_size) : group_size_(group_size) {
+  if (group_size <= 0)
+    throw std::invalid_argument("group size must be positive");
+}
+
+void group_buffer::add(trajectory t) {
+  auto id = t.group_id;
+  partial_[id].members.push_back(std::move(t));
+  settle(id);
+}
+
+void group_buffer::drop_sample(uint64_t group_id, const std::string& reason) {
+  auto& g = partial_[group_id];
+  g.missing_dropped++;
+  if (g.drop_reason.empty())
+    g.drop_reason = reason;
+  settle(group_id);
+}
+
+void group_buffer::settle(uint64_t group_id) {
+  auto it = partial_.find(group_id);
+  auto& g = it->second;
+  if (static_cast<int64_t>(g.members.size()) + g.missing_dropped < group_size_)
+    return;
+  if (g.missing_dropped == 0) {
+    complete_.push_back(std::move(g.members));
+  } else {
+    dropped_[g.drop_reason] += static_cast<int64_t>(g.members.size()) + g.missing_dropped;
+  }
+  partial_.erase(it);
+}
+
+std::optional<std::vector<trajectory>> group_buffer::take_batch(int64_t batch_size) {
+  if (ready_trajectories() < batch_size)
+    return std::nullopt;
+  std::vector<trajectory> batch;
+  while (!complete_.empty() && static_cast<int64_t>(batch.size() + complete_.front().size()) <= batch_size) {
+    for (auto& t : complete_.front())
+      batch.push_back(std::move(t));
+    complete_.pop_front();
+  }
+  return batch;
+}
+
+int64_t group_buffer::ready_trajectories() const {
+  int64_t n = 0;
+  for (auto& g : complete_)
+    n += static_cast<int64_t>(g.size());
+  return n;
+}
+
+}  // namespace areal

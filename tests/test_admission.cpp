@@ -1,0 +1,107 @@
+// The controller's bookkeeping: the staleness bound and group-complete batches.
+#include <doctest/doctest.h>
+
+#include <stdexcept>
+
+#include "areal/actors/admission.hpp"
+
+using namespace areal;
+
+TEST_CASE("the staleness gate keeps every admitted trajectory within eta versions") {
+  for (int64_t eta : {0, 1, 3}) {
+    const int64_t batch = 4;
+    staleness_gate gate(batch, eta, 1000);
+    int64_t admitted = 0;
+    std::vector<int64_t> running;  // version at admission of each running request
+    for (int step = 0; step < 12; ++step) {
+      // Admit everything the gate allows; each admission obeys floor((i-1)/B) <= v + eta.
+      while (gate.capacity() > 0) {
+        gate.admit();
+        ++admitted;
+        CHECK((admitted - 1) / batch <= gate.version() + eta);
+        running.push_back(gate.version());
+      }
+      CHECK(gate.accepted() + gate.running() == (eta + gate.version() + 1) * batch);
+      // One batch comes back and is trained: the version advances.
+      for (int k = 0; k < batch; ++k) {
+        CHECK(gate.version() - running.front() <= eta);  // staleness when trained
+        running.erase(running.begin());
+        gate.finish(true);
+      }
+      gate.set_version(gate.version() + 1);
+    }
+    CHECK(gate.admitted_total() == admitted);
+  }
+}
+
+TEST_CASE("eta 0 admits exactly one batch per version") {
+  staleness_gate gate(8, 0, 1000);
+  CHECK(gate.capacity() == 8);
+  gate.admit(8);
+  CHECK(gate.capacity() == 0);
+  for (int i = 0; i < 8; ++i)
+    gate.finish(true);
+  CHECK(gate.capacity() == 0);  // waits for the training step
+  gate.set_version(1);
+  CHECK(gate.capacity() == 8);
+}
+
+TEST_CASE("concurrency bound and dropped requests") {
+  staleness_gate gate(4, 8, 3);
+  CHECK(gate.capacity() == 3);
+  gate.admit(3);
+  CHECK(gate.capacity() == 0);
+  CHECK_THROWS_AS(gate.admit(), std::logic_error);
+  gate.finish(false);  // dropped: frees a slot without counting as accepted
+  CHECK(gate.accepted() == 0);
+  CHECK(gate.capacity() == 1);
+  CHECK_THROWS_AS((gate.finish(true), gate.finish(true), gate.finish(true)), std::logic_error);
+}
+
+TEST_CASE("restoring after a resume resets the counters to the version") {
+  staleness_gate gate(4, 1, 100);
+  gate.restore(5);
+  CHECK(gate.accepted() == 20);
+  CHECK(gate.running() == 0);
+  CHECK(gate.capacity() == 8);  // (eta + v + 1) B - accepted = (1 + 5 + 1) 4 - 20
+}
+
+namespace {
+trajectory sample(uint64_t group, uint32_t index) {
+  trajectory t;
+  t.group_id = group;
+  t.sample_index = index;
+  return t;
+}
+}  // namespace
+
+TEST_CASE("a group enters a batch only when complete, oldest groups first") {
+  group_buffer buffer(3);
+  buffer.add(sample(1, 0));
+  buffer.add(sample(2, 0));
+  buffer.add(sample(1, 1));
+  CHECK(buffer.ready_trajectories() == 0);
+  CHECK_FALSE(buffer.take_batch(3));
+  buffer.add(sample(1, 2));
+  CHECK(buffer.ready_trajectories() == 3);
+  buffer.add(sample(2, 1));
+  buffer.add(sample(2, 2));
+  auto batch = buffer.take_batch(3);
+  REQUIRE(batch);
+  REQUIRE(batch->size() == 3);
+  for (auto& t : *batch)
+    CHECK(t.group_id == 1);
+  CHECK(buffer.ready_trajectories() == 3);
+  CHECK(buffer.take_batch(6) == std::nullopt);  // only whole groups, only when enough
+}
+
+TEST_CASE("a dropped sample drops its whole group with the reason counted") {
+  group_buffer buffer(2);
+  buffer.add(sample(7, 0));
+  buffer.drop_sample(7, "rollout worker lost");
+  buffer.drop_sample(8, "rollout worker lost");
+  buffer.drop_sample(8, "rollout worker lost");
+  CHECK(buffer.ready_trajectories() == 0);
+  CHECK(buffer.pending_groups() == 0);
+  CHECK(buffer.dropped().at("rollout worker lost") == 4);
+}
