@@ -1,0 +1,156 @@
+#include "areal/tasks/tasks.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+namespace areal::tasks {
+
+namespace {
+
+class running_sum_source : public task_source {
+public:
+  explicit running_sum_source(running_sum_options o) : options_(o) { restore(0); }
+
+  std::optional<task_item> next() override {
+    std::lognormal_distribution<double> terms_dist(std::log(options_.median_terms), options_.spread);
+    std::uniform_int_distribution<int> value(1, options_.max_value);
+    auto terms = std::clamp(static_cast<int>(std::lround(terms_dist(rng_))), 2, options_.max_terms);
+    task_item item;
+    item.id = position_;
+    long long sum = 0;
+    for (int i = 0; i < terms; ++i) {
+      auto v = value(rng_);
+      item.prompt += (i ? "+" : "") + std::to_string(v);
+      sum += v;
+      if (i > 0)
+        item.worked_solution += (i > 1 ? ";" : "") + std::to_string(sum);
+    }
+    item.prompt += "=";
+    item.task.kind = task_kind::math;
+    item.task.references = {std::to_string(sum)};
+    ++position_;
+    return item;
+  }
+
+  uint64_t position() const override { return position_; }
+
+  void restore(uint64_t position) override {
+    rng_.seed(options_.seed);
+    position_ = 0;
+    while (position_ < position)
+      next();
+  }
+
+private:
+  running_sum_options options_;
+  std::mt19937_64 rng_;
+  uint64_t position_ = 0;
+};
+
+class jsonl_file_source : public task_source {
+public:
+  explicit jsonl_file_source(std::vector<task_item> items) : items_(std::move(items)) {}
+  std::optional<task_item> next() override {
+    if (position_ >= items_.size())
+      return std::nullopt;
+    return items_[position_++];
+  }
+  uint64_t position() const override { return position_; }
+  void restore(uint64_t position) override { position_ = std::min<uint64_t>(position, items_.size()); }
+
+private:
+  std::vector<task_item> items_;
+  uint64_t position_ = 0;
+};
+
+task_kind parse_kind(const std::string& s, const std::string& where) {
+  if (s == "math")
+    return task_kind::math;
+  if (s == "countdown")
+    return task_kind::countdown;
+  if (s == "code")
+    return task_kind::code;
+  throw std::invalid_argument(where + ": task kind \"" + s + "\" is unknown; use math, countdown or code");
+}
+
+}  // namespace
+
+std::unique_ptr<task_source> running_sum_generator(running_sum_options options) {
+  if (options.median_terms < 2 || options.max_terms < 2 || options.max_value < 1)
+    throw std::invalid_argument("running sums need at least 2 terms and positive values");
+  return std::make_unique<running_sum_source>(options);
+}
+
+std::string running_sum_alphabet() {
+  return "0123456789+=;";
+}
+
+std::unique_ptr<task_source> jsonl_source(const std::string& path) {
+  std::ifstream in(path);
+  if (!in)
+    throw std::invalid_argument(path + ": cannot open the dataset");
+  std::vector<task_item> items;
+  std::string line;
+  for (size_t number = 1; std::getline(in, line); ++number) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos)
+      continue;
+    auto where = path + ":" + std::to_string(number);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+      task_item item;
+      item.id = items.size();
+      item.prompt = j.at("prompt").get<std::string>();
+      item.worked_solution = j.value("solution", "");
+      auto& t = j.at("task");
+      item.task.kind = parse_kind(t.value("kind", "math"), where);
+      item.task.references = t.value("references", std::vector<std::string>{});
+      item.task.numbers = t.value("numbers", std::vector<int64_t>{});
+      item.task.target = t.value("target", int64_t{0});
+      for (auto& c : t.value("io_cases", nlohmann::json::array()))
+        item.task.io_cases.push_back({c.at("input").get<std::string>(), c.at("output").get<std::string>()});
+      item.task.assertions = t.value("assertions", std::vector<std::string>{});
+      if (item.task.kind == task_kind::math && item.task.references.empty())
+        throw std::invalid_argument("a math task needs \"references\"");
+      items.push_back(std::move(item));
+    } catch (const nlohmann::json::exception& e) {
+      throw std::invalid_argument(where + ": " + e.what());
+    } catch (const std::invalid_argument& e) {
+      std::string text = e.what();
+      throw std::invalid_argument(text.rfind(path, 0) == 0 ? text : where + ": " + text);
+    }
+  }
+  return std::make_unique<jsonl_file_source>(std::move(items));
+}
+
+void write_jsonl(const std::string& path, const std::vector<task_item>& items) {
+  std::ofstream out(path);
+  if (!out)
+    throw std::invalid_argument(path + ": cannot write");
+  for (auto& item : items) {
+    nlohmann::json t = {{"kind", to_string(item.task.kind)}};
+    if (!item.task.references.empty())
+      t["references"] = item.task.references;
+    if (!item.task.numbers.empty()) {
+      t["numbers"] = item.task.numbers;
+      t["target"] = item.task.target;
+    }
+    if (!item.task.io_cases.empty()) {
+      t["io_cases"] = nlohmann::json::array();
+      for (auto& c : item.task.io_cases)
+        t["io_cases"].push_back({{"input", c.input}, {"output", c.expected_output}});
+    }
+    if (!item.task.assertions.empty())
+      t["assertions"] = item.task.assertions;
+    nlohmann::json j = {{"prompt", item.prompt}, {"task", t}};
+    if (!item.worked_solution.empty())
+      j["solution"] = item.worked_solution;
+    out << j.dump() << "\n";
+  }
+}
+
+}  // namespace areal::tasks
