@@ -93,8 +93,8 @@ struct workload_result {
   double seconds;
 };
 
-workload_result run_continuous(policy_model& model, const std::vector<uint32_t>& lengths, int64_t slots,
-                               bool interrupt, int update_every) {
+workload_result run_continuous(policy_model& model, const std::vector<uint32_t>& lengths, int64_t slots, bool interrupt,
+                               int update_every) {
   generation_engine engine(model, {slots, 16 + 512, 256, interrupt});
   for (size_t i = 0; i < lengths.size(); ++i)
     engine.submit(make_job(i, 16, lengths[i]));
@@ -116,7 +116,8 @@ workload_result run_static(policy_model& model, const std::vector<uint32_t>& len
   uint64_t useful = 0;
   for (size_t begin = 0; begin < lengths.size(); begin += static_cast<size_t>(slots)) {
     auto end = std::min(lengths.size(), begin + static_cast<size_t>(slots));
-    auto longest = *std::max_element(lengths.begin() + static_cast<long>(begin), lengths.begin() + static_cast<long>(end));
+    auto longest =
+        *std::max_element(lengths.begin() + static_cast<long>(begin), lengths.begin() + static_cast<long>(end));
     generation_engine engine(model, {slots, 16 + 512, 4096, true});
     for (size_t i = begin; i < end; ++i) {
       engine.submit(make_job(i, 16, longest));  // everyone runs as long as the longest
@@ -152,7 +153,8 @@ int main(int argc, char** argv) {
   at::NoGradGuard no_grad;
   nlohmann::json out;
   auto facts = probe_blas();
-  std::cout << "machine: " << std::thread::hardware_concurrency() << " hardware threads; " << describe(facts) << "; " << allocator << "\n";
+  std::cout << "machine: " << std::thread::hardware_concurrency() << " hardware threads; " << describe(facts) << "; "
+            << allocator << "\n";
   out["threads"] = facts.intra_op_threads;
   out["blas"] = facts.library;
 
@@ -190,8 +192,8 @@ int main(int argc, char** argv) {
   auto continuous = run_continuous(model, lengths, 32, true, 0);
   auto fixed = run_static(model, lengths, 32);
   std::cout << "  continuous batching " << continuous.useful_tokens_per_s << " tokens/s vs static "
-            << fixed.useful_tokens_per_s << " tokens/s: ratio " << continuous.useful_tokens_per_s / fixed.useful_tokens_per_s
-            << "\n";
+            << fixed.useful_tokens_per_s << " tokens/s: ratio "
+            << continuous.useful_tokens_per_s / fixed.useful_tokens_per_s << "\n";
   out["continuous_vs_static"] = continuous.useful_tokens_per_s / fixed.useful_tokens_per_s;
 
   // Cost of one interruption: 32 sequences with ~L tokens each re-prefilled.

@@ -167,8 +167,8 @@ int main(int argc, char** argv) {
     }
     double rate = n / seconds_since(start);
     double direct = out["direct"][w.name];
-    std::cout << w.name << ": " << rate / 2 << " verifications/s per worker through the pool (2 workers, "
-              << rate << " total); per-worker/direct ratio " << rate / 2 / direct << "\n";
+    std::cout << w.name << ": " << rate / 2 << " verifications/s per worker through the pool (2 workers, " << rate
+              << " total); per-worker/direct ratio " << rate / 2 / direct << "\n";
     out["pool_per_worker"][w.name] = rate / 2;
   }
   caf::anon_send_exit(pool, caf::exit_reason::user_shutdown);

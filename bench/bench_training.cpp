@@ -16,8 +16,8 @@
 #include <thread>
 
 #include <ATen/Parallel.h>
-#include <nlohmann/json.hpp>
 #include <torch/csrc/autograd/autograd.h>
+#include <nlohmann/json.hpp>
 
 #include "areal/kernels/allocator.hpp"
 #include "areal/kernels/blas_probe.hpp"
@@ -111,7 +111,8 @@ int main(int argc, char** argv) {
   std::cout << "machine: " << std::thread::hardware_concurrency() << " hardware threads; " << describe(facts) << "\n";
   out["threads"] = facts.intra_op_threads;
 
-  // Chunked vs naive log-probabilities at Qwen2's vocabulary (first, and chunked before naive: the peak RSS only grows).
+  // Chunked vs naive log-probabilities at Qwen2's vocabulary (first, and chunked before naive: the peak RSS only
+  // grows).
   {
     int64_t tokens = quick ? 1024 : 4096, hidden = 512, big_vocab = 151936;
     auto h = at::randn({tokens, hidden}).requires_grad_();
@@ -172,8 +173,13 @@ int main(int argc, char** argv) {
     int64_t packed_computed = 0, padded_computed = 0;
     auto packed_rate = train_rate(model, packed, data, quick ? 2 : 4, &packed_computed);
     auto padded_rate = train_rate(model, padded, data, quick ? 2 : 4, &padded_computed);
-    std::cout << "long-tail lengths (median " << [&] { auto s = lengths; std::sort(s.begin(), s.end()); return s[s.size() / 2]; }()
-              << ", max " << *std::max_element(lengths.begin(), lengths.end()) << "): packed " << packed_rate
+    std::cout << "long-tail lengths (median " <<
+        [&] {
+          auto s = lengths;
+          std::sort(s.begin(), s.end());
+          return s[s.size() / 2];
+        }() << ", max "
+              << *std::max_element(lengths.begin(), lengths.end()) << "): packed " << packed_rate
               << " tokens/s vs padded " << padded_rate << " tokens/s: ratio " << packed_rate / padded_rate
               << " (tokens computed: packed " << packed_computed << ", padded " << padded_computed << ")\n";
     out["packed_vs_padded"] = packed_rate / padded_rate;

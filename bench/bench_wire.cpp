@@ -57,10 +57,11 @@ double deliver(caf::actor_system& sys, sink_actor target, const packed<trajector
       self->send(caf::actor_cast<caf::actor>(target), msg);
       ++sent;
     }
-    self->receive([&](uint64_t) { ++received; }, [&](caf::error& e) {
-      std::cerr << "delivery failed: " << describe(e) << "\n";
-      std::exit(1);
-    });
+    self->receive([&](uint64_t) { ++received; },
+                  [&](caf::error& e) {
+                    std::cerr << "delivery failed: " << describe(e) << "\n";
+                    std::exit(1);
+                  });
   }
   return seconds_since(start);
 }
@@ -97,7 +98,8 @@ int main(int argc, char** argv) {
   double codec_mbs = static_cast<double>(bytes.size()) * rounds / codec_s / 1e6;
   double memcpy_mbs = static_cast<double>(bytes.size()) * rounds / memcpy_s / 1e6;
   std::cout << "codec: " << rounds / codec_s << " trajectories/s encode+decode, " << codec_mbs
-            << " MB/s; cache-hot memcpy " << memcpy_mbs << " MB/s; codec/memcpy ratio " << codec_mbs / memcpy_mbs << "\n";
+            << " MB/s; cache-hot memcpy " << memcpy_mbs << " MB/s; codec/memcpy ratio " << codec_mbs / memcpy_mbs
+            << "\n";
 
   // 2. delivery: local actor vs remote actor system over loopback.
   auto msg = *pack(record);
@@ -125,9 +127,9 @@ int main(int argc, char** argv) {
   double local_rate = count / local_s;
   double remote_rate = count / remote_s;
   std::cout << "delivery (decode at the receiver, 32 in flight): in-process " << local_rate << " trajectories/s; "
-            << "loopback TCP " << remote_rate << " trajectories/s = "
-            << remote_rate * static_cast<double>(bytes.size()) / 1e6 << " MB/s; remote/in-process ratio "
-            << remote_rate / local_rate << "\n";
+            << "loopback TCP " << remote_rate
+            << " trajectories/s = " << remote_rate * static_cast<double>(bytes.size()) / 1e6
+            << " MB/s; remote/in-process ratio " << remote_rate / local_rate << "\n";
   caf::anon_send_exit(local_sink, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(remote_sink_owner, caf::exit_reason::user_shutdown);
   return checksum_sink == 0 ? 1 : 0;

@@ -66,8 +66,8 @@ int main(int argc, char** argv) {
   }
   out.close();
 
-  spdlog::info("areal {} node {} (roles {}), pid {}, run \"{}\" in {}", AREAL_VERSION, node.name, areal::join(node.roles),
-               getpid(), config.run.name, run_dir.string());
+  spdlog::info("areal {} node {} (roles {}), pid {}, run \"{}\" in {}", AREAL_VERSION, node.name,
+               areal::join(node.roles), getpid(), config.run.name, run_dir.string());
   spdlog::info("resolved configuration written to {}", resolved.string());
   auto facts = areal::kernels::probe_blas();
   spdlog::info("{}", areal::kernels::describe(facts));

@@ -57,9 +57,9 @@ inline uint16_t free_port() {
 }
 
 class node_process {
-public:
+ public:
   node_process(const std::vector<std::string>& args, std::filesystem::path log, const std::filesystem::path& cwd)
-    : log_(std::move(log)) {
+      : log_(std::move(log)) {
     std::vector<std::string> argv_storage{AREAL_BINARY};
     argv_storage.insert(argv_storage.end(), args.begin(), args.end());
     std::vector<char*> argv;
@@ -124,7 +124,7 @@ public:
     return code_;
   }
 
-private:
+ private:
   std::filesystem::path log_;
   pid_t pid_ = -1;
   std::optional<int> code_;

@@ -68,8 +68,8 @@ TEST_CASE("the resolved configuration reloads to the same configuration") {
   CHECK(second.config->nodes[1].compute_threads == 3);
   // The resolved text is a fixed point.
   auto third = parse_config(second.config->resolved_toml, "resolved.toml");
-  CHECK(second.config->resolved_toml.substr(second.config->resolved_toml.find('\n'))
-        == third.config->resolved_toml.substr(third.config->resolved_toml.find('\n')));
+  CHECK(second.config->resolved_toml.substr(second.config->resolved_toml.find('\n')) ==
+        third.config->resolved_toml.substr(third.config->resolved_toml.find('\n')));
 }
 
 TEST_CASE("unknown key names file and line and column and key path and the valid keys") {
@@ -129,7 +129,8 @@ TEST_CASE("port clash on one host") {
   std::string text = two_nodes;
   text.replace(text.find("port = 7101"), 11, "port = 7100");
   auto e = only_error(text);
-  CHECK(contains(e, "topo.toml:14:8: nodes[1].port: port clash: 127.0.0.1:7100 is already used by the node at topo.toml:9:8"));
+  CHECK(contains(
+      e, "topo.toml:14:8: nodes[1].port: port clash: 127.0.0.1:7100 is already used by the node at topo.toml:9:8"));
 }
 
 TEST_CASE("the same port on different hosts is fine") {
@@ -194,8 +195,10 @@ TEST_CASE("--set overrides any key by index or by node name") {
 }
 
 TEST_CASE("bad --set values are reported against the command line") {
-  CHECK(contains(only_error(two_nodes, {"run.seed=abc"}), "--set run.seed=abc: run.seed: expected an integer, got a string"));
-  CHECK(contains(only_error(two_nodes, {"nodes.nobody.port=1"}), "--set nodes.nobody.port=1: no entry 'nobody' in 'nodes'"));
+  CHECK(contains(only_error(two_nodes, {"run.seed=abc"}),
+                 "--set run.seed=abc: run.seed: expected an integer, got a string"));
+  CHECK(contains(only_error(two_nodes, {"nodes.nobody.port=1"}),
+                 "--set nodes.nobody.port=1: no entry 'nobody' in 'nodes'"));
   CHECK(contains(only_error(two_nodes, {"cluster.typo=1"}), "--set cluster.typo=1: cluster.typo: unknown key"));
   CHECK(contains(only_error(two_nodes, {"novalue"}), "--set novalue: expected KEY=VALUE"));
   CHECK(contains(only_error(two_nodes, {"run.name.x=1"}), "'name' is a string, not a table"));
@@ -208,7 +211,8 @@ TEST_CASE("the model section has defaults and checks its choices") {
   CHECK(r.config->model.path.empty());
   CHECK(r.config->model.device == "cpu");
   CHECK(r.config->model.dtype == "float32");
-  CHECK(contains(only_error(two_nodes, {"model.dtype=int4"}), "model.dtype: unknown value \"int4\"; use one of: float32, bfloat16, float16"));
+  CHECK(contains(only_error(two_nodes, {"model.dtype=int4"}),
+                 "model.dtype: unknown value \"int4\"; use one of: float32, bfloat16, float16"));
   auto custom = parse_config(two_nodes, "topo.toml", {"model.path=/models/qwen2", "model.device=cuda:1"});
   REQUIRE(custom.config);
   CHECK(custom.config->model.path == "/models/qwen2");
@@ -229,8 +233,8 @@ TEST_CASE("the shipped configurations are valid") {
 }
 
 TEST_CASE("command line parsing") {
-  const char* ok[] = {"areal", "--config", "x.toml", "--node=worker", "--role", "rollout,reward",
-                      "--set", "run.seed=3", "--set=run.name=a=b"};
+  const char* ok[] = {"areal",          "--config", "x.toml",     "--node=worker",     "--role",
+                      "rollout,reward", "--set",    "run.seed=3", "--set=run.name=a=b"};
   auto r = parse_cli(9, ok);
   REQUIRE(r.options);
   CHECK(r.options->config_path == "x.toml");

@@ -142,8 +142,12 @@ TEST_CASE("an interruption re-prefills exactly and switches versions at the swap
   other.forward_cached(fresh, {tokens, {0}, {n}});
   double worst = 0;
   for (size_t l = 0; l < fresh.keys.size(); ++l) {
-    worst = std::max(worst, (engine.cache().keys[l][0].narrow(1, 0, n) - fresh.keys[l][0].narrow(1, 0, n)).abs().max().item<double>());
-    worst = std::max(worst, (engine.cache().values[l][0].narrow(1, 0, n) - fresh.values[l][0].narrow(1, 0, n)).abs().max().item<double>());
+    worst = std::max(
+        worst,
+        (engine.cache().keys[l][0].narrow(1, 0, n) - fresh.keys[l][0].narrow(1, 0, n)).abs().max().item<double>());
+    worst = std::max(
+        worst,
+        (engine.cache().values[l][0].narrow(1, 0, n) - fresh.values[l][0].narrow(1, 0, n)).abs().max().item<double>());
   }
   CHECK(worst <= 1e-5);
 

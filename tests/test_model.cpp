@@ -45,7 +45,8 @@ std::vector<int64_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
 
 struct scratch {
   fs::path path;
-  explicit scratch(const std::string& name) : path(fs::temp_directory_path() / ("areal-model-" + name + "-" + std::to_string(::getpid()))) {
+  explicit scratch(const std::string& name)
+      : path(fs::temp_directory_path() / ("areal-model-" + name + "-" + std::to_string(::getpid()))) {
     fs::remove_all(path);
     fs::create_directories(path);
   }
@@ -62,7 +63,8 @@ TEST_CASE("KV-cached decoding equals the full forward at every position") {
     policy_model model(config);
     model.init_random(7, 0.1);
     // Three sequences of different lengths, fed in different chunkings in shared steps.
-    std::vector<std::vector<int64_t>> seqs = {random_tokens(23, 40, 1), random_tokens(17, 40, 2), random_tokens(30, 40, 3)};
+    std::vector<std::vector<int64_t>> seqs = {random_tokens(23, 40, 1), random_tokens(17, 40, 2),
+                                              random_tokens(30, 40, 3)};
     std::vector<std::vector<int64_t>> chunks = {{7}, {1}, {3, 3, 3}};  // then one token at a time
     std::vector<int64_t> flat_tokens, cu{0};
     for (auto& s : seqs) {
@@ -259,7 +261,8 @@ TEST_CASE("device and dtype come from configuration and CUDA is refused clearly 
   auto tokens = random_tokens(10, 40, 4);
   auto full = model.logits(model.forward(at::tensor(tokens), {0, 10})).to(at::kFloat);
   kv_cache cache(config, 1, 32, model.options());
-  auto first = model.logits(model.forward_cached(cache, {std::vector<int64_t>(tokens.begin(), tokens.begin() + 6), {0}, {6}}));
+  auto first =
+      model.logits(model.forward_cached(cache, {std::vector<int64_t>(tokens.begin(), tokens.begin() + 6), {0}, {6}}));
   std::vector<at::Tensor> rows = {first};
   for (int i = 6; i < 10; ++i)
     rows.push_back(model.logits(model.forward_cached(cache, {{tokens[static_cast<size_t>(i)]}, {0}, {1}})));

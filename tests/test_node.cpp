@@ -51,9 +51,7 @@ struct fixture {
     self = std::make_unique<caf::scoped_actor>(*sys);
   }
 
-  node_actor spawn_controller() {
-    return spawn_node(*sys, node_setup{config, config.nodes[0], caf::actor{*self}});
-  }
+  node_actor spawn_controller() { return spawn_node(*sys, node_setup{config, config.nodes[0], caf::actor{*self}}); }
 
   node_hello worker_hello() {
     node_setup setup{config, config.nodes[1], caf::actor{}};
@@ -63,9 +61,10 @@ struct fixture {
   // Sends a hello and returns the reply or the error text.
   std::pair<std::optional<node_hello>, std::string> greet(node_actor node, const node_hello& hello) {
     std::pair<std::optional<node_hello>, std::string> out;
-    (*self)->request(node, 5s, *pack(hello))
-      .receive([&](packed<node_hello>& reply) { out.first = *unpack(reply); },
-               [&](caf::error& err) { out.second = describe(err); });
+    (*self)
+        ->request(node, 5s, *pack(hello))
+        .receive([&](packed<node_hello>& reply) { out.first = *unpack(reply); },
+                 [&](caf::error& err) { out.second = describe(err); });
     return out;
   }
 };
@@ -74,9 +73,9 @@ struct fixture {
 
 TEST_CASE("every carrier type survives CAF's binary serialization") {
   fixture f;
-  auto msg = caf::make_message(*pack(test::sample_request()), *pack(test::sample_trajectory()),
-                               *pack(test::sample_manifest()), *pack(test::sample_hello()),
-                               *pack(test::sample_stats()), *pack(test::sample_task()));
+  auto msg =
+      caf::make_message(*pack(test::sample_request()), *pack(test::sample_trajectory()), *pack(test::sample_manifest()),
+                        *pack(test::sample_hello()), *pack(test::sample_stats()), *pack(test::sample_task()));
   std::vector<char> buf;
   caf::binary_serializer sink{*f.sys, buf};
   REQUIRE_FALSE(sink(msg));
@@ -111,12 +110,13 @@ TEST_CASE("the handshake refuses other protocol versions and clusters and names 
   // A hello written under another schema version cannot even be read: refused, naming both versions.
   auto bytes = *pack(f.worker_hello());
   bytes.bytes[16] = 2;  // schemaVersion, the first data word of the root struct
-  (*f.self)->request(node, 5s, bytes).receive(
-    [](packed<node_hello>&) { FAIL("a hello of schema version 2 was accepted"); },
-    [](caf::error& err) {
-      CHECK(describe(err).find("node_hello written with schema version 2, this build reads version 1")
-            != std::string::npos);
-    });
+  (*f.self)
+      ->request(node, 5s, bytes)
+      .receive([](packed<node_hello>&) { FAIL("a hello of schema version 2 was accepted"); },
+               [](caf::error& err) {
+                 CHECK(describe(err).find("node_hello written with schema version 2, this build reads version 1") !=
+                       std::string::npos);
+               });
 
   hello = f.worker_hello();
   hello.node_name = "stranger";
@@ -124,12 +124,14 @@ TEST_CASE("the handshake refuses other protocol versions and clusters and names 
   CHECK(error.find("node \"stranger\" is not a peer") != std::string::npos);
 
   // Garbage instead of a hello: a wire error, and the node carries on.
-  (*f.self)->request(node, 5s, packed<node_hello>{std::vector<char>(40, '\x7f')})
-    .receive([](packed<node_hello>&) { FAIL("garbage was accepted"); },
-             [](caf::error& err) { CHECK(err.category() == caf::atom("wire")); });
-  (*f.self)->request(node, 5s, stats_atom::value)
-    .receive([](packed<node_stats>& s) { CHECK(unpack(s)->node_name == "head"); },
-             [](caf::error& err) { FAIL(describe(err)); });
+  (*f.self)
+      ->request(node, 5s, packed<node_hello>{std::vector<char>(40, '\x7f')})
+      .receive([](packed<node_hello>&) { FAIL("garbage was accepted"); },
+               [](caf::error& err) { CHECK(err.category() == caf::atom("wire")); });
+  (*f.self)
+      ->request(node, 5s, stats_atom::value)
+      .receive([](packed<node_stats>& s) { CHECK(unpack(s)->node_name == "head"); },
+               [](caf::error& err) { FAIL(describe(err)); });
   (*f.self)->send_exit(node, caf::exit_reason::user_shutdown);
 }
 
@@ -148,47 +150,54 @@ TEST_CASE("a peer joins and exchanges trajectories and is told when the run ends
 
   // The controller sends us its probe trajectory: acknowledge with the checksum.
   bool probe_seen = false;
-  (*f.self)->receive([&](packed<trajectory>& t) -> uint64_t {
-    auto decoded = unpack(t);
-    REQUIRE(decoded);
-    CHECK(decoded->producer == "head");
-    CHECK(decoded->output_tokens.size() == decoded->token_versions.size());
-    probe_seen = true;
-    return checksum(t.bytes.data(), t.bytes.size());
-  }, caf::after(5s) >> [] { FAIL("no probe trajectory from the controller"); });
+  (*f.self)->receive(
+      [&](packed<trajectory>& t) -> uint64_t {
+        auto decoded = unpack(t);
+        REQUIRE(decoded);
+        CHECK(decoded->producer == "head");
+        CHECK(decoded->output_tokens.size() == decoded->token_versions.size());
+        probe_seen = true;
+        return checksum(t.bytes.data(), t.bytes.size());
+      },
+      caf::after(5s) >> [] { FAIL("no probe trajectory from the controller"); });
   CHECK(probe_seen);
 
   // Our trajectory is acknowledged with the checksum of its bytes.
   auto mine = *pack(test::sample_trajectory());
-  (*f.self)->request(node, 5s, mine).receive(
-    [&](uint64_t digest) { CHECK(digest == checksum(mine.bytes.data(), mine.bytes.size())); },
-    [](caf::error& err) { FAIL(describe(err)); });
+  (*f.self)
+      ->request(node, 5s, mine)
+      .receive([&](uint64_t digest) { CHECK(digest == checksum(mine.bytes.data(), mine.bytes.size())); },
+               [](caf::error& err) { FAIL(describe(err)); });
 
   // A corrupt trajectory is refused and counted nowhere.
   auto corrupt = mine;
   corrupt.bytes.resize(corrupt.bytes.size() - 8);
-  (*f.self)->request(node, 5s, corrupt).receive([](uint64_t) { FAIL("corrupt trajectory accepted"); },
-                                                [](caf::error& err) { CHECK(err.category() == caf::atom("wire")); });
-  (*f.self)->request(node, 5s, stats_atom::value).receive(
-    [](packed<node_stats>& s) {
-      auto stats = *unpack(s);
-      CHECK(stats.peers_connected == 1);
-      CHECK(stats.trajectories_received == 2);  // its own self-probe and ours
-    },
-    [](caf::error& err) { FAIL(describe(err)); });
+  (*f.self)
+      ->request(node, 5s, corrupt)
+      .receive([](uint64_t) { FAIL("corrupt trajectory accepted"); },
+               [](caf::error& err) { CHECK(err.category() == caf::atom("wire")); });
+  (*f.self)
+      ->request(node, 5s, stats_atom::value)
+      .receive(
+          [](packed<node_stats>& s) {
+            auto stats = *unpack(s);
+            CHECK(stats.peers_connected == 1);
+            CHECK(stats.trajectories_received == 2);  // its own self-probe and ours
+          },
+          [](caf::error& err) { FAIL(describe(err)); });
 
   // Stopping the controller ends the run for its peers first.
   (*f.self)->send(node, shutdown_atom::value, std::string{"test over"});
   bool told = false;
   int32_t code = -1;
   for (int i = 0; i < 2; ++i)
-    (*f.self)->receive([&](run_end_atom, std::string& why) -> bool {
-                         told = true;
-                         CHECK(why == "test over");
-                         return true;
-                       },
-                       [&](done_atom, int32_t c, std::string&) { code = c; },
-                       caf::after(5s) >> [] { FAIL("the node did not stop"); });
+    (*f.self)->receive(
+        [&](run_end_atom, std::string& why) -> bool {
+          told = true;
+          CHECK(why == "test over");
+          return true;
+        },
+        [&](done_atom, int32_t c, std::string&) { code = c; }, caf::after(5s) >> [] { FAIL("the node did not stop"); });
   CHECK(told);
   CHECK(code == exit_ok);
 }
@@ -204,8 +213,8 @@ using echo_actor = caf::typed_actor<caf::replies_to<packed<generation_request>>:
 
 echo_actor::behavior_type echo() {
   return {[](packed<generation_request>& x) { return x; }, [](packed<trajectory>& x) { return x; },
-          [](packed<weight_manifest>& x) { return x; }, [](packed<node_hello>& x) { return x; },
-          [](packed<node_stats>& x) { return x; }, [](packed<reward_task>& x) { return x; }};
+          [](packed<weight_manifest>& x) { return x; },    [](packed<node_hello>& x) { return x; },
+          [](packed<node_stats>& x) { return x; },         [](packed<reward_task>& x) { return x; }};
 }
 
 // Child process: publishes an echo actor, reports its port through `fd`, and
@@ -251,13 +260,15 @@ TEST_CASE("every message type round-trips between two processes over loopback") 
     REQUIRE_MESSAGE(remote, f.sys->render(remote.error()));
     auto round_trip = [&](auto record) {
       using record_type = decltype(record);
-      (*f.self)->request(*remote, 5s, *pack(record)).receive(
-        [&](packed<record_type>& back) {
-          auto decoded = unpack(back);
-          REQUIRE(decoded);
-          CHECK(*decoded == record);
-        },
-        [](caf::error& err) { FAIL(describe(err)); });
+      (*f.self)
+          ->request(*remote, 5s, *pack(record))
+          .receive(
+              [&](packed<record_type>& back) {
+                auto decoded = unpack(back);
+                REQUIRE(decoded);
+                CHECK(*decoded == record);
+              },
+              [](caf::error& err) { FAIL(describe(err)); });
     };
     round_trip(test::sample_request());
     round_trip(test::sample_trajectory());

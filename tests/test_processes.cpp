@@ -14,19 +14,19 @@ using namespace std::chrono_literals;
 namespace {
 
 std::string topology(uint16_t head_port, uint16_t worker_port, double hold_s = 0, const char* app_id = "areal-test") {
-  return "[run]\nname = \"proc\"\nhold_s = " + std::to_string(hold_s) + "\n\n[cluster]\napp_id = \"" + app_id
-         + "\"\nconnect_timeout_s = 20.0\nheartbeat_interval_ms = 200\nconnection_timeout_ms = 1500\n\n"
-           "[[nodes]]\nname = \"head\"\nport = "
-         + std::to_string(head_port)
-         + "\nroles = [\"controller\", \"trainer\"]\n\n[[nodes]]\nname = \"worker\"\nport = "
-         + std::to_string(worker_port) + "\nroles = [\"rollout\", \"reward\"]\n";
+  return "[run]\nname = \"proc\"\nhold_s = " + std::to_string(hold_s) + "\n\n[cluster]\napp_id = \"" + app_id +
+         "\"\nconnect_timeout_s = 20.0\nheartbeat_interval_ms = 200\nconnection_timeout_ms = 1500\n\n"
+         "[[nodes]]\nname = \"head\"\nport = " +
+         std::to_string(head_port) +
+         "\nroles = [\"controller\", \"trainer\"]\n\n[[nodes]]\nname = \"worker\"\nport = " +
+         std::to_string(worker_port) + "\nroles = [\"rollout\", \"reward\"]\n";
 }
 
 struct two_nodes {
   scratch_dir dir;
   std::string config;
   explicit two_nodes(const std::string& name, double hold_s = 0)
-    : dir(name), config(dir.write("topology.toml", topology(free_port(), free_port(), hold_s))) {}
+      : dir(name), config(dir.write("topology.toml", topology(free_port(), free_port(), hold_s))) {}
   std::unique_ptr<node_process> start(const std::string& node, std::vector<std::string> extra = {}) {
     std::vector<std::string> args{"--config", config, "--node", node};
     args.insert(args.end(), extra.begin(), extra.end());
@@ -65,8 +65,9 @@ TEST_CASE("two nodes connect head-first too with the worker selected by --role")
   two_nodes t{"head-first"};
   auto head = t.start("head");
   CHECK(head->wait_for("listening on", 10s));
-  auto worker = std::make_unique<node_process>(std::vector<std::string>{"--config", t.config, "--role", "reward,rollout"},
-                                               t.dir.path / "worker.log", t.dir.path);
+  auto worker =
+      std::make_unique<node_process>(std::vector<std::string>{"--config", t.config, "--role", "reward,rollout"},
+                                     t.dir.path / "worker.log", t.dir.path);
   check_joined(*head, *worker);
   CHECK(head->wait_exit(15s) == 0);
   CHECK(worker->wait_exit(15s) == 0);
@@ -139,7 +140,8 @@ TEST_CASE("the single-node default runs and exits 0 and SIGINT stops a held run"
 
 TEST_CASE("bad configuration exits 2 before starting anything") {
   scratch_dir dir{"badconfig"};
-  auto config = dir.write("bad.toml", "[run]\nname = \"x\"\nsed = 1\n[[nodes]]\nname = \"a\"\nroles = [\"controller\"]\n");
+  auto config =
+      dir.write("bad.toml", "[run]\nname = \"x\"\nsed = 1\n[[nodes]]\nname = \"a\"\nroles = [\"controller\"]\n");
   node_process node({"--config", config}, dir.path / "out.log", dir.path);
   CHECK(node.wait_exit(10s) == 2);
   CHECK(node.log().find("bad.toml:3:1: run.sed: unknown key") != std::string::npos);
@@ -152,8 +154,8 @@ TEST_CASE("a port in use is reported with what to do") {
   auto head = t.start("head");
   REQUIRE(head->wait_for("listening on", 10s));
   auto second = std::make_unique<node_process>(
-    std::vector<std::string>{"--config", t.config, "--node", "head", "--run-dir", (t.dir.path / "other").string()},
-    t.dir.path / "second.log", t.dir.path);
+      std::vector<std::string>{"--config", t.config, "--node", "head", "--run-dir", (t.dir.path / "other").string()},
+      t.dir.path / "second.log", t.dir.path);
   CHECK_MESSAGE(second->wait_exit(10s) == 2, second->log());
   CHECK(second->log().find("cannot listen on 127.0.0.1:") != std::string::npos);
   head->kill(SIGTERM);

@@ -43,10 +43,12 @@ packed<trajectory> traj(uint64_t prompt_id) {
 
 // Sends one request and returns the scored trajectory, or the error text.
 std::pair<std::optional<trajectory>, std::string> score(fixture& f, reward_pool_actor pool, uint64_t id,
-                                                         const std::string& response, const reward_task& task) {
+                                                        const std::string& response, const reward_task& task) {
   std::pair<std::optional<trajectory>, std::string> out;
-  (*f.self)->request(pool, 60s, traj(id), response, *pack(task))
-    .receive([&](packed<trajectory>& t) { out.first = *unpack(t); }, [&](caf::error& e) { out.second = describe(e); });
+  (*f.self)
+      ->request(pool, 60s, traj(id), response, *pack(task))
+      .receive([&](packed<trajectory>& t) { out.first = *unpack(t); },
+               [&](caf::error& e) { out.second = describe(e); });
   return out;
 }
 
@@ -116,10 +118,11 @@ TEST_CASE("a verifier that throws gives verdict error and the pool goes on") {
 TEST_CASE("unreadable requests are refused with an error") {
   fixture f;
   auto pool = spawn_reward_pool(*f.sys, reward_pool_config{});
-  (*f.self)->request(pool, 10s, packed<trajectory>{std::vector<char>(24, 'x')}, std::string{"\\boxed{1}"},
-                     *pack(math_task("1")))
-    .receive([](packed<trajectory>&) { FAIL("garbage was scored"); },
-             [](caf::error& e) { CHECK(e.category() == caf::atom("wire")); });
+  (*f.self)
+      ->request(pool, 10s, packed<trajectory>{std::vector<char>(24, 'x')}, std::string{"\\boxed{1}"},
+                *pack(math_task("1")))
+      .receive([](packed<trajectory>&) { FAIL("garbage was scored"); },
+               [](caf::error& e) { CHECK(e.category() == caf::atom("wire")); });
   auto [fine, e2] = score(f, pool, 2, "\\boxed{1}", math_task("1"));
   CHECK(fine);
   caf::anon_send_exit(pool, caf::exit_reason::user_shutdown);
@@ -146,29 +149,30 @@ TEST_CASE("the pool keeps its throughput while one worker is stuck on a hanging 
   std::optional<trajectory> stuck;
   for (int i = 0; i <= quick; ++i)
     self->receive(
-      [&](packed<trajectory>& t) {
-        auto decoded = *unpack(t);
-        order.push_back(decoded.prompt_id);
-        if (decoded.prompt_id == 0)
-          stuck = decoded;
-        else
-          CHECK(decoded.judged == verdict::correct);
-      },
-      [&](caf::error& e) { FAIL(describe(e)); }, caf::after(30s) >> [] { FAIL("a reply is missing"); });
+        [&](packed<trajectory>& t) {
+          auto decoded = *unpack(t);
+          order.push_back(decoded.prompt_id);
+          if (decoded.prompt_id == 0)
+            stuck = decoded;
+          else
+            CHECK(decoded.judged == verdict::correct);
+        },
+        [&](caf::error& e) { FAIL(describe(e)); }, caf::after(30s) >> [] { FAIL("a reply is missing"); });
   REQUIRE(order.size() == quick + 1);
   CHECK(order.back() == 0);  // every quick job was answered before the stuck one timed out
   REQUIRE(stuck);
   CHECK(stuck->judged == verdict::timeout);
   CHECK(stuck->reward == 0.0f);
-  self->request(pool, 10s, stats_atom::value).receive(
-    [](reward_pool_stats& s) {
-      CHECK(s.scored == quick + 1);
-      CHECK(s.timeouts == 1);
-      CHECK(s.replaced == 1);
-      CHECK(s.workers == 3);
-      CHECK(s.busy == 0);
-    },
-    [](caf::error& e) { FAIL(describe(e)); });
+  self->request(pool, 10s, stats_atom::value)
+      .receive(
+          [](reward_pool_stats& s) {
+            CHECK(s.scored == quick + 1);
+            CHECK(s.timeouts == 1);
+            CHECK(s.replaced == 1);
+            CHECK(s.workers == 3);
+            CHECK(s.busy == 0);
+          },
+          [](caf::error& e) { FAIL(describe(e)); });
   // The replacement worker takes work.
   auto [after, e] = score(f, pool, 99, "\\boxed{5}", math_task("5"));
   CHECK(after);
@@ -203,9 +207,10 @@ TEST_CASE("a full queue refuses work and loses nothing") {
 }
 
 TEST_CASE("the [reward] section configures the pool") {
-  auto r = parse_config("[reward]\nworkers = 4\nqueue_capacity = 9\ntimeout_s = 2\nmemory_mb = 64\n"
-                        "countdown_use_all_numbers = true\n[[nodes]]\nname = \"a\"\nroles = [\"controller\"]\n",
-                        "r.toml");
+  auto r = parse_config(
+      "[reward]\nworkers = 4\nqueue_capacity = 9\ntimeout_s = 2\nmemory_mb = 64\n"
+      "countdown_use_all_numbers = true\n[[nodes]]\nname = \"a\"\nroles = [\"controller\"]\n",
+      "r.toml");
   REQUIRE(r.config);
   auto c = make_reward_pool_config(r.config->reward);
   CHECK(c.workers == 4);

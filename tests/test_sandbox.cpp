@@ -120,19 +120,19 @@ TEST_CASE("hostile programs are contained with the right verdict") {
   auto marker = std::filesystem::path{"/tmp/areal-escape-" + std::to_string(getpid())};
   auto before = processes_of(sandbox_uid());
   const std::vector<hostile> programs = {
-    {"infinite loop", "while True:\n    pass", verdict::timeout},
-    {"fork bomb", "import os\nwhile True:\n    os.fork()", verdict::sandbox_violation},
-    {"memory bomb", "x = bytearray(1 << 40)", verdict::sandbox_violation},
-    {"gigabytes of output", "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)", verdict::sandbox_violation},
-    {"writing outside the work directory",
-     "open('" + marker.string() + "', 'w').write('x')\nopen('/etc/areal-escape', 'w').write('x')",
-     verdict::sandbox_violation},
-    {"opening a network connection", "import socket\nsocket.create_connection(('127.0.0.1', 22), timeout=1)",
-     verdict::sandbox_violation},
-    {"sleeping past the deadline", "import time\ntime.sleep(30)", verdict::timeout},
-    {"killing its parent", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.kill(-1, signal.SIGKILL)",
-     verdict::sandbox_violation},
-    {"a huge file", "open('big', 'wb').write(b'x' * (64 << 20))", verdict::sandbox_violation},
+      {"infinite loop", "while True:\n    pass", verdict::timeout},
+      {"fork bomb", "import os\nwhile True:\n    os.fork()", verdict::sandbox_violation},
+      {"memory bomb", "x = bytearray(1 << 40)", verdict::sandbox_violation},
+      {"gigabytes of output", "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)", verdict::sandbox_violation},
+      {"writing outside the work directory",
+       "open('" + marker.string() + "', 'w').write('x')\nopen('/etc/areal-escape', 'w').write('x')",
+       verdict::sandbox_violation},
+      {"opening a network connection", "import socket\nsocket.create_connection(('127.0.0.1', 22), timeout=1)",
+       verdict::sandbox_violation},
+      {"sleeping past the deadline", "import time\ntime.sleep(30)", verdict::timeout},
+      {"killing its parent", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.kill(-1, signal.SIGKILL)",
+       verdict::sandbox_violation},
+      {"a huge file", "open('big', 'wb').write(b'x' * (64 << 20))", verdict::sandbox_violation},
   };
   if (geteuid() == 0) {
     CHECK(verify_code(fenced("print(open('/etc/shadow').read())"), quick_task()).judged == verdict::sandbox_violation);
@@ -152,7 +152,8 @@ TEST_CASE("without the seccomp filter a fork bomb is still contained and leaves 
   code_options options;
   options.policy.seccomp = false;
   auto before = processes_of(sandbox_uid());
-  auto v = verify_code(fenced("import os, time\nfor i in range(10000):\n    try:\n        os.fork()\n    except OSError:\n        pass\ntime.sleep(30)"),
+  auto v = verify_code(fenced("import os, time\nfor i in range(10000):\n    try:\n        os.fork()\n    except "
+                              "OSError:\n        pass\ntime.sleep(30)"),
                        quick_task(), options);
   INFO(v.detail);
   CHECK(v.judged == verdict::timeout);

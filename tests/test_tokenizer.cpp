@@ -18,7 +18,7 @@ namespace {
 
 // Qwen2's pre-tokenizer split pattern, as its tokenizer.json states it.
 const char* qwen2_pattern =
-  R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 // GPT-2's printable stand-in for every byte, in byte order.
 std::vector<std::string> byte_chars() {
@@ -47,8 +47,14 @@ std::string hand_built_tokenizer() {
   auto chars = byte_chars();
   for (int i = 0; i < 256; ++i)
     vocab[chars[static_cast<size_t>(i)]] = i;
-  std::vector<std::pair<std::string, std::string>> merges = {
-    {"a", "b"}, {"ab", "c"}, {"\xc4\xa0", "a"}, {"\xc4\xa0" "a", "b"}, {"l", "o"}, {"lo", "w"}};
+  std::vector<std::pair<std::string, std::string>> merges = {{"a", "b"},
+                                                             {"ab", "c"},
+                                                             {"\xc4\xa0", "a"},
+                                                             {"\xc4\xa0"
+                                                              "a",
+                                                              "b"},
+                                                             {"l", "o"},
+                                                             {"lo", "w"}};
   int id = 256;
   nlohmann::json merge_list = nlohmann::json::array();
   for (auto& [a, b] : merges) {
@@ -73,12 +79,15 @@ TEST_CASE("known encodings of a hand-built byte-level BPE") {
   auto t = tokenizer::from_json(hand_built_tokenizer(), "hand.json");
   CHECK(t.byte_level());
   auto abc = *t.token_id("abc");
-  auto space_ab = *t.token_id("\xc4\xa0" "ab");
+  auto space_ab = *t.token_id(
+      "\xc4\xa0"
+      "ab");
   auto low = *t.token_id("low");
   CHECK(t.encode("abc") == std::vector<int32_t>{abc});
   // Merges apply by rank: in " ab" the pair (a, b) outranks (space, a), so no "space-ab" token forms.
   CHECK(t.encode("abc ab") == std::vector<int32_t>{abc, ' ', *t.token_id("ab")});
-  CHECK(t.encode(" a") == std::vector<int32_t>{*t.token_id("\xc4\xa0" "a")});
+  CHECK(t.encode(" a") == std::vector<int32_t>{*t.token_id("\xc4\xa0"
+                                                           "a")});
   CHECK(space_ab == 259);
   CHECK(t.encode("lower") == std::vector<int32_t>{low, 'e', 'r'});  // bytes without merges stay single
   CHECK(t.encode("ab1") == std::vector<int32_t>{*t.token_id("ab"), '1'});
@@ -92,9 +101,11 @@ TEST_CASE("known encodings of a hand-built byte-level BPE") {
 
 TEST_CASE("byte-level round trips of multilingual text and raw bytes") {
   auto t = tokenizer::from_json(hand_built_tokenizer(), "hand.json");
-  for (std::string text : {std::string{"Hello, world! It's 42."}, std::string{"\xe4\xb8\x96\xe7\x95\x8c\xef\xbc\x81 \xd0\x9f\xd1\x80\xd0\xb8\xd0\xb2\xd0\xb5\xd1\x82"},
-                           std::string{"caf\xc3\xa9 \xf0\x9f\x99\x82 \xc2\xbd\n\n\tend  "}, std::string{"\xff\xfe raw \x80 bytes"},
-                           std::string{"<|im_start|>user\nlow abc<|endoftext|>"}, std::string{}}) {
+  for (std::string text :
+       {std::string{"Hello, world! It's 42."},
+        std::string{"\xe4\xb8\x96\xe7\x95\x8c\xef\xbc\x81 \xd0\x9f\xd1\x80\xd0\xb8\xd0\xb2\xd0\xb5\xd1\x82"},
+        std::string{"caf\xc3\xa9 \xf0\x9f\x99\x82 \xc2\xbd\n\n\tend  "}, std::string{"\xff\xfe raw \x80 bytes"},
+        std::string{"<|im_start|>user\nlow abc<|endoftext|>"}, std::string{}}) {
     auto ids = t.encode(text);
     CHECK(t.decode(ids) == text);
   }
@@ -140,7 +151,8 @@ TEST_CASE("broken tokenizer files are refused naming the file") {
   expect(R"({"model": {"type": "Unigram"}})", "model type \"Unigram\" is not supported");
   expect(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a a"]}})", "merge \"a a\" makes a token");
   expect(R"({"model": {"type": "BPE", "vocab": {"a": -3}}})", "vocab entry \"a\" has an invalid id");
-  expect(R"({"model": {"type": "BPE", "vocab": {"a": 0}}, "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(unclosed"}}})",
-         "pre-tokenizer pattern does not compile");
+  expect(
+      R"({"model": {"type": "BPE", "vocab": {"a": 0}}, "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(unclosed"}}})",
+      "pre-tokenizer pattern does not compile");
   CHECK_THROWS_AS(tokenizer::load("/nonexistent/tokenizer.json"), format_error);
 }

@@ -59,7 +59,7 @@ std::vector<rl_sample> make_batch(int n, uint64_t seed) {
 struct scratch {
   fs::path path;
   explicit scratch(const std::string& name)
-    : path(fs::temp_directory_path() / ("areal-trainer-" + name + "-" + std::to_string(::getpid()))) {
+      : path(fs::temp_directory_path() / ("areal-trainer-" + name + "-" + std::to_string(::getpid()))) {
     fs::remove_all(path);
   }
   ~scratch() {
@@ -103,8 +103,8 @@ TEST_CASE("decoupled PPO by hand: weights, clipping, the cap and the dual clip")
   CHECK(losses[2].item<double>() == 0.0);
   CHECK(losses[3].item<double>() == doctest::Approx(0.8).epsilon(1e-5));
   auto grad = torch::autograd::grad({losses.sum()}, {logp})[0];
-  CHECK(grad[2].item<double>() == 0.0);   // the masked token contributes nothing
-  CHECK(grad[1].item<double>() == 0.0);   // clipped: no gradient through the ratio
+  CHECK(grad[2].item<double>() == 0.0);  // the masked token contributes nothing
+  CHECK(grad[1].item<double>() == 0.0);  // clipped: no gradient through the ratio
   CHECK(stats.behaviour_masked == 1);
   CHECK(stats.tokens == 4);
   c.cap_clamps = true;

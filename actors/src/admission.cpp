@@ -6,7 +6,7 @@
 namespace areal {
 
 staleness_gate::staleness_gate(int64_t batch_size, int64_t eta, int64_t max_concurrent)
-  : batch_size_(batch_size), eta_(eta), max_concurrent_(max_concurrent) {
+    : batch_size_(batch_size), eta_(eta), max_concurrent_(max_concurrent) {
   if (batch_size <= 0 || eta < 0 || max_concurrent <= 0)
     throw std::invalid_argument("staleness gate: batch size and max_concurrent must be positive, eta non-negative");
 }
@@ -19,8 +19,8 @@ int64_t staleness_gate::capacity() const {
 
 void staleness_gate::admit(int64_t n) {
   if (n > capacity())
-    throw std::logic_error("staleness gate: admitting " + std::to_string(n) + " with capacity "
-                           + std::to_string(capacity()));
+    throw std::logic_error("staleness gate: admitting " + std::to_string(n) + " with capacity " +
+                           std::to_string(capacity()));
   running_ += n;
   admitted_total_ += n;
 }

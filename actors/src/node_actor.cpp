@@ -3,10 +3,10 @@
 #include <chrono>
 #include <map>
 
+#include <unistd.h>
 #include <caf/all.hpp>
 #include <caf/io/middleman.hpp>
 #include <caf/io/middleman_actor.hpp>
-#include <unistd.h>
 
 #include "areal/actors/node.hpp"
 #include "areal/runtime/log.hpp"
@@ -15,10 +15,14 @@ namespace areal {
 
 const char* to_string(node_errc x) {
   switch (x) {
-    case node_errc::incompatible_peer: return "incompatible_peer";
-    case node_errc::foreign_cluster: return "foreign_cluster";
-    case node_errc::unknown_peer: return "unknown_peer";
-    case node_errc::not_a_node: return "not_a_node";
+    case node_errc::incompatible_peer:
+      return "incompatible_peer";
+    case node_errc::foreign_cluster:
+      return "foreign_cluster";
+    case node_errc::unknown_peer:
+      return "unknown_peer";
+    case node_errc::not_a_node:
+      return "not_a_node";
   }
   return "unknown";
 }
@@ -27,7 +31,7 @@ namespace {
 
 int64_t wall_clock_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-    .count();
+      .count();
 }
 
 std::string host_name() {
@@ -45,9 +49,9 @@ std::string join(const std::vector<std::string>& xs) {
 
 /// "worker (roles rollout,reward; pid 812 on host1; listens on 127.0.0.1:7101; protocol 1, schema 1)"
 std::string identity(const node_hello& h) {
-  return h.node_name + " (roles " + join(h.roles) + "; pid " + std::to_string(h.pid) + " on " + h.hostname
-         + "; listens on " + h.host + ":" + std::to_string(h.port) + "; protocol " + std::to_string(h.protocol_version)
-         + ", schema " + std::to_string(schema_version) + ", " + h.build + ")";
+  return h.node_name + " (roles " + join(h.roles) + "; pid " + std::to_string(h.pid) + " on " + h.hostname +
+         "; listens on " + h.host + ":" + std::to_string(h.port) + "; protocol " + std::to_string(h.protocol_version) +
+         ", schema " + std::to_string(schema_version) + ", " + h.build + ")";
 }
 
 /// The trajectory each node sends each peer after the handshake: small, but
@@ -136,11 +140,11 @@ void end_run(node_pointer self, const std::string& why) {
         finish(self, exit_ok, why);
     };
     self->request(p.handle, std::chrono::seconds(2), run_end_atom::value, why)
-      .then([one_done](bool) { one_done(); },
-            [one_done, peer_name](caf::error& err) {
-              spdlog::warn("peer {} did not acknowledge the run end: {}", peer_name, describe(err));
-              one_done();
-            });
+        .then([one_done](bool) { one_done(); },
+              [one_done, peer_name](caf::error& err) {
+                spdlog::warn("peer {} did not acknowledge the run end: {}", peer_name, describe(err));
+                one_done();
+              });
   }
 }
 
@@ -157,8 +161,8 @@ void check_run_complete(node_pointer self) {
   }
   st.all_joined = true;
   auto hold = st.setup.config.run.hold_s;
-  spdlog::info("all {} node(s) joined and exchanged trajectories; ending the run in {} s",
-               st.setup.config.nodes.size(), hold);
+  spdlog::info("all {} node(s) joined and exchanged trajectories; ending the run in {} s", st.setup.config.nodes.size(),
+               hold);
   self->delayed_send(self, std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(hold)),
                      shutdown_atom::value, std::string{"run complete"});
 }
@@ -176,25 +180,26 @@ void send_probe(node_pointer self, const std::string& target_name, node_actor ta
   state.stats.bytes_sent += packed_probe->bytes.size();
   auto timeout = std::chrono::milliseconds(state.setup.config.cluster.connection_timeout_ms);
   self->request(target, timeout, std::move(*packed_probe))
-    .then(
-      [self, target_name, expected](uint64_t digest) {
-        auto& st = self->state;
-        if (digest != expected) {
-          spdlog::error("{} acknowledged the probe trajectory with checksum {:016x}, expected {:016x}: bytes were "
-                        "altered in transit",
-                        target_name, digest, expected);
-          return;
-        }
-        spdlog::info("{} acknowledged our trajectory (checksum {:016x} matches)", target_name, digest);
-        if (target_name == st.setup.self.name)
-          st.self_probe_done = true;
-        else if (auto i = st.peers.find(target_name); i != st.peers.end())
-          i->second.probe_acked = true;
-        check_run_complete(self);
-      },
-      [target_name](caf::error& err) {
-        spdlog::warn("sending a trajectory to {} failed: {}", target_name, describe(err));
-      });
+      .then(
+          [self, target_name, expected](uint64_t digest) {
+            auto& st = self->state;
+            if (digest != expected) {
+              spdlog::error(
+                  "{} acknowledged the probe trajectory with checksum {:016x}, expected {:016x}: bytes were "
+                  "altered in transit",
+                  target_name, digest, expected);
+              return;
+            }
+            spdlog::info("{} acknowledged our trajectory (checksum {:016x} matches)", target_name, digest);
+            if (target_name == st.setup.self.name)
+              st.self_probe_done = true;
+            else if (auto i = st.peers.find(target_name); i != st.peers.end())
+              i->second.probe_acked = true;
+            check_run_complete(self);
+          },
+          [target_name](caf::error& err) {
+            spdlog::warn("sending a trajectory to {} failed: {}", target_name, describe(err));
+          });
 }
 
 // Records a peer after a successful handshake and starts watching it.
@@ -211,23 +216,22 @@ void admit_peer(node_pointer self, node_actor handle, const node_hello& hello) {
 caf::error refusal(node_pointer self, const node_hello& hello) {
   auto& st = self->state;
   if (hello.protocol_version != st.setup.protocol)
-    return caf::make_error(node_errc::incompatible_peer,
-                           "node " + hello.node_name + " speaks protocol version "
-                             + std::to_string(hello.protocol_version) + ", node " + st.setup.self.name
-                             + " speaks protocol version " + std::to_string(st.setup.protocol)
-                             + "; run the same areal build on every node");
+    return caf::make_error(node_errc::incompatible_peer, "node " + hello.node_name + " speaks protocol version " +
+                                                             std::to_string(hello.protocol_version) + ", node " +
+                                                             st.setup.self.name + " speaks protocol version " +
+                                                             std::to_string(st.setup.protocol) +
+                                                             "; run the same areal build on every node");
   if (hello.app_id != st.setup.config.cluster.app_id)
-    return caf::make_error(node_errc::foreign_cluster, "node " + hello.node_name + " belongs to cluster \""
-                                                         + hello.app_id + "\", this is cluster \""
-                                                         + st.setup.config.cluster.app_id + "\"");
+    return caf::make_error(node_errc::foreign_cluster, "node " + hello.node_name + " belongs to cluster \"" +
+                                                           hello.app_id + "\", this is cluster \"" +
+                                                           st.setup.config.cluster.app_id + "\"");
   if (!st.setup.config.find_node(hello.node_name) || hello.node_name == st.setup.self.name)
-    return caf::make_error(node_errc::unknown_peer, "node \"" + hello.node_name + "\" is not a peer in "
-                                                      + st.setup.config.source + "; check --node and the topology");
+    return caf::make_error(node_errc::unknown_peer, "node \"" + hello.node_name + "\" is not a peer in " +
+                                                        st.setup.config.source + "; check --node and the topology");
   if (auto i = st.peers.find(hello.node_name); i != st.peers.end())
-    return caf::make_error(node_errc::unknown_peer, "a node named \"" + hello.node_name
-                                                      + "\" is already connected (pid "
-                                                      + std::to_string(i->second.hello.pid) + " on "
-                                                      + i->second.hello.hostname + ")");
+    return caf::make_error(node_errc::unknown_peer,
+                           "a node named \"" + hello.node_name + "\" is already connected (pid " +
+                               std::to_string(i->second.hello.pid) + " on " + i->second.hello.hostname + ")");
   return {};
 }
 
@@ -238,10 +242,10 @@ void retry_connect(node_pointer self, const std::string& why) {
   auto& target = st.setup.config.controller_node();
   if (std::chrono::steady_clock::now() + st.backoff > st.connect_deadline) {
     finish(self, exit_unreachable,
-           "could not reach the controller node " + target.name + " at " + target.host + ":"
-             + std::to_string(target.port) + " within " + std::to_string(st.setup.config.cluster.connect_timeout_s)
-             + " s (" + std::to_string(st.connect_attempts) + " attempts; last error: " + why
-             + "). Start that node, or check its host and port in " + st.setup.config.source);
+           "could not reach the controller node " + target.name + " at " + target.host + ":" +
+               std::to_string(target.port) + " within " + std::to_string(st.setup.config.cluster.connect_timeout_s) +
+               " s (" + std::to_string(st.connect_attempts) + " attempts; last error: " + why +
+               "). Start that node, or check its host and port in " + st.setup.config.source);
     return;
   }
   spdlog::debug("controller not reachable yet ({}); retrying in {} ms", why, st.backoff.count());
@@ -256,54 +260,55 @@ void connect_to_controller(node_pointer self) {
   auto mm = self->system().middleman().actor_handle();
   auto timeout = std::chrono::milliseconds(state.setup.config.cluster.connection_timeout_ms);
   self->request(mm, timeout, caf::connect_atom::value, target.host, target.port)
-    .then(
-      [self, target](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>& ifs) {
-        auto& st = self->state;
-        if (!ptr || !self->system().assignable<node_actor>(ifs)) {
-          finish(self, exit_refused,
-                 "nothing at " + target.host + ":" + std::to_string(target.port)
-                   + " speaks the areal node protocol; is another program using that port?");
-          return;
-        }
-        auto handle = caf::actor_cast<node_actor>(ptr);
-        st.hello.wall_clock_ns = wall_clock_ns();
-        auto hello = pack(st.hello);
-        self->request(handle, std::chrono::milliseconds(st.setup.config.cluster.connection_timeout_ms),
-                      std::move(*hello))
-          .then(
-            [self, handle, target](packed<node_hello>& reply) {
-              auto theirs = unpack(reply);
-              if (!theirs) {
-                finish(self, exit_refused, "the controller's hello is unreadable: " + describe(theirs.error()));
-                return;
-              }
-              if (auto err = refusal(self, *theirs)) {
-                finish(self, exit_refused, "refusing the controller: " + describe(err));
-                return;
-              }
-              admit_peer(self, handle, *theirs);
-              send_probe(self, theirs->node_name, handle);
-            },
-            [self, target](caf::error& err) {
-              // The controller read our hello and said no (node), or could not read it (wire):
-              // retrying cannot help.
-              if (err.category() == caf::atom("node") || err.category() == caf::atom("wire")) {
-                finish(self, exit_refused, "the controller node " + target.name + " refused us: " + describe(err));
-                return;
-              }
-              retry_connect(self, describe(err));
-            });
-      },
-      [self, target](caf::error& err) {
-        if (err == caf::sec::incompatible_application_ids || err == caf::sec::incompatible_versions) {
-          finish(self, exit_refused,
-                 "the node at " + target.host + ":" + std::to_string(target.port) + " refused the connection ("
-                   + describe(err) + "): it belongs to another cluster (cluster.app_id differs from \""
-                   + self->state.setup.config.cluster.app_id + "\") or runs another CAF version");
-          return;
-        }
-        retry_connect(self, describe(err));
-      });
+      .then(
+          [self, target](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>& ifs) {
+            auto& st = self->state;
+            if (!ptr || !self->system().assignable<node_actor>(ifs)) {
+              finish(self, exit_refused,
+                     "nothing at " + target.host + ":" + std::to_string(target.port) +
+                         " speaks the areal node protocol; is another program using that port?");
+              return;
+            }
+            auto handle = caf::actor_cast<node_actor>(ptr);
+            st.hello.wall_clock_ns = wall_clock_ns();
+            auto hello = pack(st.hello);
+            self->request(handle, std::chrono::milliseconds(st.setup.config.cluster.connection_timeout_ms),
+                          std::move(*hello))
+                .then(
+                    [self, handle, target](packed<node_hello>& reply) {
+                      auto theirs = unpack(reply);
+                      if (!theirs) {
+                        finish(self, exit_refused, "the controller's hello is unreadable: " + describe(theirs.error()));
+                        return;
+                      }
+                      if (auto err = refusal(self, *theirs)) {
+                        finish(self, exit_refused, "refusing the controller: " + describe(err));
+                        return;
+                      }
+                      admit_peer(self, handle, *theirs);
+                      send_probe(self, theirs->node_name, handle);
+                    },
+                    [self, target](caf::error& err) {
+                      // The controller read our hello and said no (node), or could not read it (wire):
+                      // retrying cannot help.
+                      if (err.category() == caf::atom("node") || err.category() == caf::atom("wire")) {
+                        finish(self, exit_refused,
+                               "the controller node " + target.name + " refused us: " + describe(err));
+                        return;
+                      }
+                      retry_connect(self, describe(err));
+                    });
+          },
+          [self, target](caf::error& err) {
+            if (err == caf::sec::incompatible_application_ids || err == caf::sec::incompatible_versions) {
+              finish(self, exit_refused,
+                     "the node at " + target.host + ":" + std::to_string(target.port) + " refused the connection (" +
+                         describe(err) + "): it belongs to another cluster (cluster.app_id differs from \"" +
+                         self->state.setup.config.cluster.app_id + "\") or runs another CAF version");
+              return;
+            }
+            retry_connect(self, describe(err));
+          });
 }
 
 void on_peer_down(node_pointer self, const caf::down_msg& down) {
@@ -331,7 +336,7 @@ void start(node_pointer self, node_setup setup) {
   st.stats.node_name = st.setup.self.name;
   self->set_down_handler([self](caf::down_msg& down) { on_peer_down(self, down); });
   auto connect_timeout = std::chrono::duration_cast<caf::timespan>(
-    std::chrono::duration<double>(st.setup.config.cluster.connect_timeout_s));
+      std::chrono::duration<double>(st.setup.config.cluster.connect_timeout_s));
   if (is_controller(self)) {
     // The local path counts too: a probe to ourselves through the same interface.
     send_probe(self, st.setup.self.name, caf::actor_cast<node_actor>(self));
@@ -346,86 +351,86 @@ void start(node_pointer self, node_setup setup) {
 node_actor::behavior_type node_behavior(node_pointer self, node_setup setup) {
   start(self, std::move(setup));
   return {
-    [self](packed<node_hello>& msg) -> caf::result<packed<node_hello>> {
-      auto& st = self->state;
-      auto hello = unpack(msg);
-      if (!hello) {
-        spdlog::warn("refused an unreadable hello: {}", describe(hello.error()));
-        return std::move(hello.error());
-      }
-      if (auto err = refusal(self, *hello)) {
-        spdlog::warn("refused peer {}: {}", hello->node_name, describe(err));
-        return err;
-      }
-      auto handle = caf::actor_cast<node_actor>(self->current_sender());
-      admit_peer(self, handle, *hello);
-      st.hello.wall_clock_ns = wall_clock_ns();
-      auto reply = pack(st.hello);
-      auto promise = self->make_response_promise<packed<node_hello>>();
-      promise.deliver(std::move(*reply));
-      send_probe(self, hello->node_name, handle);
-      return promise;
-    },
-    [self](packed<trajectory>& msg) -> caf::result<uint64_t> {
-      auto& st = self->state;
-      auto t = unpack(msg);
-      if (!t) {
-        spdlog::warn("refused an unreadable trajectory: {}", describe(t.error()));
-        return std::move(t.error());
-      }
-      st.stats.trajectories_received++;
-      st.stats.bytes_received += msg.bytes.size();
-      auto [low, high] = std::minmax_element(t->token_versions.begin(), t->token_versions.end());
-      spdlog::info("received trajectory of prompt {} from {}: {} prompt + {} output tokens, versions {}..{}, "
-                   "finish {}, reward {} ({})",
-                   t->prompt_id, t->producer, t->prompt_tokens.size(), t->output_tokens.size(),
-                   low == t->token_versions.end() ? 0 : *low, high == t->token_versions.end() ? 0 : *high,
-                   to_string(t->finish), t->reward, to_string(t->judged));
-      if (auto i = st.peers.find(t->producer); i != st.peers.end()) {
-        i->second.probe_received = true;
-        check_run_complete(self);
-      }
-      return checksum(msg.bytes.data(), msg.bytes.size());
-    },
-    [self](stats_atom) -> packed<node_stats> {
-      auto& st = self->state;
-      st.stats.uptime_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                             std::chrono::steady_clock::now() - st.started)
-                             .count();
-      return *pack(st.stats);
-    },
-    [self](run_end_atom, std::string& why) -> bool {
-      finish(self, exit_ok, "the controller ended the run: " + why);
-      return true;
-    },
-    [self](shutdown_atom, std::string& why) {
-      if (is_controller(self))
-        end_run(self, why);
-      else
-        finish(self, exit_ok, why);
-    },
-    [self](caf::connect_atom) {
-      auto& st = self->state;
-      if (st.finished)
-        return;
-      if (!is_controller(self)) {
-        if (st.peers.empty())
-          connect_to_controller(self);
-        return;
-      }
-      // On the controller this is the join deadline: every node must have joined by now.
-      if (st.all_joined)
-        return;
-      std::string missing;
-      for (auto& n : st.setup.config.nodes)
-        if (n.name != st.setup.self.name && !st.peers.count(n.name))
-          missing += (missing.empty() ? "" : ", ") + n.name;
-      finish(self, exit_unreachable,
-             "node(s) " + (missing.empty() ? std::string{"(all connected, probes unanswered)"} : missing)
-               + " did not join within cluster.connect_timeout_s = "
-               + std::to_string(st.setup.config.cluster.connect_timeout_s) + " s; start them with areal --config "
-               + st.setup.config.source + " --node NAME");
-    },
+      [self](packed<node_hello>& msg) -> caf::result<packed<node_hello>> {
+        auto& st = self->state;
+        auto hello = unpack(msg);
+        if (!hello) {
+          spdlog::warn("refused an unreadable hello: {}", describe(hello.error()));
+          return std::move(hello.error());
+        }
+        if (auto err = refusal(self, *hello)) {
+          spdlog::warn("refused peer {}: {}", hello->node_name, describe(err));
+          return err;
+        }
+        auto handle = caf::actor_cast<node_actor>(self->current_sender());
+        admit_peer(self, handle, *hello);
+        st.hello.wall_clock_ns = wall_clock_ns();
+        auto reply = pack(st.hello);
+        auto promise = self->make_response_promise<packed<node_hello>>();
+        promise.deliver(std::move(*reply));
+        send_probe(self, hello->node_name, handle);
+        return promise;
+      },
+      [self](packed<trajectory>& msg) -> caf::result<uint64_t> {
+        auto& st = self->state;
+        auto t = unpack(msg);
+        if (!t) {
+          spdlog::warn("refused an unreadable trajectory: {}", describe(t.error()));
+          return std::move(t.error());
+        }
+        st.stats.trajectories_received++;
+        st.stats.bytes_received += msg.bytes.size();
+        auto [low, high] = std::minmax_element(t->token_versions.begin(), t->token_versions.end());
+        spdlog::info(
+            "received trajectory of prompt {} from {}: {} prompt + {} output tokens, versions {}..{}, "
+            "finish {}, reward {} ({})",
+            t->prompt_id, t->producer, t->prompt_tokens.size(), t->output_tokens.size(),
+            low == t->token_versions.end() ? 0 : *low, high == t->token_versions.end() ? 0 : *high,
+            to_string(t->finish), t->reward, to_string(t->judged));
+        if (auto i = st.peers.find(t->producer); i != st.peers.end()) {
+          i->second.probe_received = true;
+          check_run_complete(self);
+        }
+        return checksum(msg.bytes.data(), msg.bytes.size());
+      },
+      [self](stats_atom) -> packed<node_stats> {
+        auto& st = self->state;
+        st.stats.uptime_ns =
+            std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - st.started).count();
+        return *pack(st.stats);
+      },
+      [self](run_end_atom, std::string& why) -> bool {
+        finish(self, exit_ok, "the controller ended the run: " + why);
+        return true;
+      },
+      [self](shutdown_atom, std::string& why) {
+        if (is_controller(self))
+          end_run(self, why);
+        else
+          finish(self, exit_ok, why);
+      },
+      [self](caf::connect_atom) {
+        auto& st = self->state;
+        if (st.finished)
+          return;
+        if (!is_controller(self)) {
+          if (st.peers.empty())
+            connect_to_controller(self);
+          return;
+        }
+        // On the controller this is the join deadline: every node must have joined by now.
+        if (st.all_joined)
+          return;
+        std::string missing;
+        for (auto& n : st.setup.config.nodes)
+          if (n.name != st.setup.self.name && !st.peers.count(n.name))
+            missing += (missing.empty() ? "" : ", ") + n.name;
+        finish(self, exit_unreachable,
+               "node(s) " + (missing.empty() ? std::string{"(all connected, probes unanswered)"} : missing) +
+                   " did not join within cluster.connect_timeout_s = " +
+                   std::to_string(st.setup.config.cluster.connect_timeout_s) + " s; start them with areal --config " +
+                   st.setup.config.source + " --node NAME");
+      },
   };
 }
 

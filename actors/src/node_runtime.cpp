@@ -23,7 +23,7 @@ namespace {
 // actor at shutdown, and a leaked handle or a stuck detached actor would hang
 // it forever. After the grace period the process exits with the run's code.
 class exit_watchdog {
-public:
+ public:
   explicit exit_watchdog(std::chrono::seconds grace) : grace_(grace) {}
 
   void arm(int code) {
@@ -47,7 +47,7 @@ public:
       thread_.join();
   }
 
-private:
+ private:
   std::chrono::seconds grace_;
   std::mutex mutex_;
   std::condition_variable done_cv_;
@@ -80,9 +80,10 @@ int run_node(const run_config& config, const node_spec& self_spec) {
     if (self_spec.port != 0) {
       auto port = sys.middleman().publish(node, self_spec.port, self_spec.host.c_str(), false);
       if (!port) {
-        spdlog::error("cannot listen on {}:{}: {}. Another process may use the port: stop it, or change the port of "
-                      "node {} in {}",
-                      self_spec.host, self_spec.port, sys.render(port.error()), self_spec.name, config.source);
+        spdlog::error(
+            "cannot listen on {}:{}: {}. Another process may use the port: stop it, or change the port of "
+            "node {} in {}",
+            self_spec.host, self_spec.port, sys.render(port.error()), self_spec.name, config.source);
         self->send_exit(node, caf::exit_reason::user_shutdown);
         return exit_bad_input;
       }
@@ -98,7 +99,8 @@ int run_node(const run_config& config, const node_spec& self_spec) {
         if (sig == SIGUSR1)
           continue;
         spdlog::info("received {}; stopping the node", sig == SIGINT ? "SIGINT" : "SIGTERM");
-        caf::anon_send(node, shutdown_atom::value, std::string{sig == SIGINT ? "stopped by SIGINT" : "stopped by SIGTERM"});
+        caf::anon_send(node, shutdown_atom::value,
+                       std::string{sig == SIGINT ? "stopped by SIGINT" : "stopped by SIGTERM"});
       }
     });
 

@@ -12,7 +12,8 @@ namespace areal {
 
 const char* to_string(reward_errc x) {
   switch (x) {
-    case reward_errc::queue_full: return "queue_full";
+    case reward_errc::queue_full:
+      return "queue_full";
   }
   return "unknown";
 }
@@ -20,12 +21,12 @@ const char* to_string(reward_errc x) {
 namespace {
 
 using reward_worker_actor =
-  caf::typed_actor<caf::replies_to<packed<trajectory>, std::string, packed<reward_task>>::with<packed<trajectory>>>;
+    caf::typed_actor<caf::replies_to<packed<trajectory>, std::string, packed<reward_task>>::with<packed<trajectory>>>;
 using scorer_fn = decltype(reward_pool_config::scorer);
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-    .count();
+      .count();
 }
 
 caf::expected<packed<trajectory>> with_verdict(trajectory t, const reward::verification& v) {
@@ -37,8 +38,8 @@ caf::expected<packed<trajectory>> with_verdict(trajectory t, const reward::verif
 }
 
 // A worker runs one verification at a time on its own thread.
-reward_worker_actor::behavior_type reward_worker(reward_worker_actor::pointer, std::shared_ptr<std::atomic<bool>> cancel,
-                                                 scorer_fn scorer) {
+reward_worker_actor::behavior_type reward_worker(reward_worker_actor::pointer,
+                                                 std::shared_ptr<std::atomic<bool>> cancel, scorer_fn scorer) {
   return {[cancel, scorer](packed<trajectory>& t, std::string& response,
                            packed<reward_task>& task) -> caf::result<packed<trajectory>> {
     auto traj = unpack(t);
@@ -83,7 +84,7 @@ struct pool_state {
   std::deque<job> queue;
   reward_pool_stats stats;
   std::shared_ptr<std::vector<std::shared_ptr<std::atomic<bool>>>> all_cancels =
-    std::make_shared<std::vector<std::shared_ptr<std::atomic<bool>>>>();
+      std::make_shared<std::vector<std::shared_ptr<std::atomic<bool>>>>();
 };
 
 using pool_pointer = reward_pool_actor::stateful_pointer<pool_state>;
@@ -106,7 +107,8 @@ worker_slot* find_worker(pool_pointer self, const reward_worker_actor& handle) {
 void refresh_counts(pool_pointer self) {
   auto& st = self->state;
   st.stats.queued = st.queue.size();
-  st.stats.busy = static_cast<uint64_t>(std::count_if(st.workers.begin(), st.workers.end(), [](auto& w) { return w.busy; }));
+  st.stats.busy =
+      static_cast<uint64_t>(std::count_if(st.workers.begin(), st.workers.end(), [](auto& w) { return w.busy; }));
   st.stats.workers = st.workers.size();
 }
 
@@ -134,45 +136,48 @@ void start_job(pool_pointer self, worker_slot& slot) {
   auto handle = slot.handle;
   auto timeout = std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(state.config.timeout_s));
   self->request(handle, timeout, j->t, j->response, j->task)
-    .then(
-      [self, j, handle](packed<trajectory>& scored) {
-        auto& st = self->state;
-        st.stats.scored++;
-        j->promise.deliver(std::move(scored));
-        if (auto* w = find_worker(self, handle))
-          w->busy = false;
-        dispatch(self);
-      },
-      [self, j, handle](caf::error& err) {
-        auto& st = self->state;
-        if (err.category() == caf::atom("wire")) {  // the request itself was unreadable
-          st.stats.errors++;
-          j->promise.deliver(err);
-          if (auto* w = find_worker(self, handle))
-            w->busy = false;
-          dispatch(self);
-          return;
-        }
-        // Deadline missed or worker gone: answer for it, then retire it and put a fresh one in its place.
-        bool timed_out = err == caf::sec::request_timeout;
-        if (timed_out)
-          st.stats.timeouts++;
-        else
-          st.stats.errors++;
-        st.stats.scored++;
-        answer_failed(self, *j, timed_out ? verdict::timeout : verdict::error,
-                      timed_out ? "verification exceeded the pool's deadline of " + std::to_string(st.config.timeout_s) + " s"
-                                : "the reward worker failed: " + describe(err));
-        if (auto* w = find_worker(self, handle)) {
-          w->cancel->store(true);
-          self->unlink_from(w->handle);
-          self->send_exit(w->handle, caf::exit_reason::user_shutdown);  // takes effect when its verification returns
-          *w = make_worker(self);
-          st.stats.replaced++;
-          spdlog::warn("reward worker retired after {}; replaced", timed_out ? "missing its deadline" : describe(err));
-        }
-        dispatch(self);
-      });
+      .then(
+          [self, j, handle](packed<trajectory>& scored) {
+            auto& st = self->state;
+            st.stats.scored++;
+            j->promise.deliver(std::move(scored));
+            if (auto* w = find_worker(self, handle))
+              w->busy = false;
+            dispatch(self);
+          },
+          [self, j, handle](caf::error& err) {
+            auto& st = self->state;
+            if (err.category() == caf::atom("wire")) {  // the request itself was unreadable
+              st.stats.errors++;
+              j->promise.deliver(err);
+              if (auto* w = find_worker(self, handle))
+                w->busy = false;
+              dispatch(self);
+              return;
+            }
+            // Deadline missed or worker gone: answer for it, then retire it and put a fresh one in its place.
+            bool timed_out = err == caf::sec::request_timeout;
+            if (timed_out)
+              st.stats.timeouts++;
+            else
+              st.stats.errors++;
+            st.stats.scored++;
+            answer_failed(
+                self, *j, timed_out ? verdict::timeout : verdict::error,
+                timed_out ? "verification exceeded the pool's deadline of " + std::to_string(st.config.timeout_s) + " s"
+                          : "the reward worker failed: " + describe(err));
+            if (auto* w = find_worker(self, handle)) {
+              w->cancel->store(true);
+              self->unlink_from(w->handle);
+              self->send_exit(w->handle,
+                              caf::exit_reason::user_shutdown);  // takes effect when its verification returns
+              *w = make_worker(self);
+              st.stats.replaced++;
+              spdlog::warn("reward worker retired after {}; replaced",
+                           timed_out ? "missing its deadline" : describe(err));
+            }
+            dispatch(self);
+          });
 }
 
 void dispatch(pool_pointer self) {
@@ -204,25 +209,25 @@ reward_pool_actor::behavior_type reward_pool(pool_pointer self, reward_pool_conf
       c->store(true);
   });
   return {
-    [self](packed<trajectory>& t, std::string& response,
-           packed<reward_task>& task) -> caf::result<packed<trajectory>> {
-      auto& st = self->state;
-      refresh_counts(self);
-      if (st.stats.queued + st.stats.busy >= st.config.queue_capacity) {
-        st.stats.refused++;
-        return caf::make_error(reward_errc::queue_full,
-                               std::to_string(st.config.queue_capacity)
-                                 + " verifications are pending (reward.queue_capacity); send again after a reply");
-      }
-      auto promise = self->make_response_promise<packed<trajectory>>();
-      st.queue.push_back({std::move(t), std::move(response), std::move(task), promise});
-      dispatch(self);
-      return promise;
-    },
-    [self](stats_atom) {
-      refresh_counts(self);
-      return self->state.stats;
-    },
+      [self](packed<trajectory>& t, std::string& response,
+             packed<reward_task>& task) -> caf::result<packed<trajectory>> {
+        auto& st = self->state;
+        refresh_counts(self);
+        if (st.stats.queued + st.stats.busy >= st.config.queue_capacity) {
+          st.stats.refused++;
+          return caf::make_error(reward_errc::queue_full,
+                                 std::to_string(st.config.queue_capacity) +
+                                     " verifications are pending (reward.queue_capacity); send again after a reply");
+        }
+        auto promise = self->make_response_promise<packed<trajectory>>();
+        st.queue.push_back({std::move(t), std::move(response), std::move(task), promise});
+        dispatch(self);
+        return promise;
+      },
+      [self](stats_atom) {
+        refresh_counts(self);
+        return self->state.stats;
+      },
   };
 }
 

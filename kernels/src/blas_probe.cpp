@@ -23,8 +23,8 @@ std::string mapped_blas_library() {
     if (slash == std::string::npos)
       continue;
     auto file = line.substr(slash + 1);
-    auto is_blas = file.find("openblas") != std::string::npos || file.find("libblas") != std::string::npos
-                   || file.find("mkl") != std::string::npos || file.find("blis") != std::string::npos;
+    auto is_blas = file.find("openblas") != std::string::npos || file.find("libblas") != std::string::npos ||
+                   file.find("mkl") != std::string::npos || file.find("blis") != std::string::npos;
     if (is_blas && file.find("lapack") == std::string::npos) {
       // Prefer the real implementation over the libblas.so.3 alternative link name.
       auto path = line.substr(line.find('/'));
@@ -45,8 +45,8 @@ blas_facts probe_blas() {
   f.library = mapped_blas_library();
   if (f.library.empty())
     f.library = "(none mapped: LibTorch uses its own kernels)";
-  f.reference_blas = f.library.find("openblas") == std::string::npos && f.library.find("mkl") == std::string::npos
-                     && f.library.find("blis") == std::string::npos && f.library.find("blas") != std::string::npos;
+  f.reference_blas = f.library.find("openblas") == std::string::npos && f.library.find("mkl") == std::string::npos &&
+                     f.library.find("blis") == std::string::npos && f.library.find("blas") != std::string::npos;
   f.intra_op_threads = at::get_num_threads();
   f.torch_version = TORCH_VERSION;
   return f;
@@ -70,8 +70,8 @@ std::string describe(const blas_facts& f) {
   std::string kind = f.reference_blas ? "REFERENCE BLAS (slow: install libopenblas0-openmp)"
                      : f.library.find("openblas") != std::string::npos ? "OpenBLAS"
                                                                        : "other";
-  return "BLAS " + f.library + " (" + kind + "), " + std::to_string(f.intra_op_threads) + " intra-op thread"
-         + (f.intra_op_threads == 1 ? "" : "s") + ", LibTorch " + f.torch_version;
+  return "BLAS " + f.library + " (" + kind + "), " + std::to_string(f.intra_op_threads) + " intra-op thread" +
+         (f.intra_op_threads == 1 ? "" : "s") + ", LibTorch " + f.torch_version;
 }
 
 }  // namespace areal::kernels

@@ -18,8 +18,9 @@ at::TensorOptions tensor_options(const std::string& device, const std::string& d
     return at::TensorOptions().dtype(type).device(at::kCPU);
   if (device.rfind("cuda", 0) == 0) {
     if (!at::hasCUDA())
-      throw format_error("model device \"" + device
-                         + "\" asked for, but this LibTorch build has no CUDA (or no GPU is visible); use device = \"cpu\"");
+      throw format_error(
+          "model device \"" + device +
+          "\" asked for, but this LibTorch build has no CUDA (or no GPU is visible); use device = \"cpu\"");
     int index = 0;
     if (device.size() > 5 && device[4] == ':')
       index = std::stoi(device.substr(5));

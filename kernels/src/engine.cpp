@@ -60,11 +60,11 @@ int32_t generation_engine::sequence::token_at(int64_t i) const {
 }
 
 generation_engine::generation_engine(policy_model& model, engine_config config, int64_t version)
-  : model_(model),
-    config_(config),
-    cache_(model.config(), config.slots, std::min(config.max_seq_len, model.config().max_position_embeddings),
-           model.options()),
-    version_(version) {
+    : model_(model),
+      config_(config),
+      cache_(model.config(), config.slots, std::min(config.max_seq_len, model.config().max_position_embeddings),
+             model.options()),
+      version_(version) {
   if (config_.slots <= 0 || config_.prefill_chunk <= 0 || config_.max_seq_len <= 1)
     throw std::invalid_argument("engine: slots, prefill_chunk and max_seq_len must be positive");
   active_.reserve(static_cast<size_t>(config_.slots));
@@ -75,20 +75,20 @@ void generation_engine::submit(generation_job job) {
     throw std::invalid_argument("request " + std::to_string(job.id) + ": empty prompt");
   auto need = static_cast<int64_t>(job.prompt.size()) + job.sampling.max_new_tokens;
   if (need > cache_.max_len())
-    throw std::invalid_argument("request " + std::to_string(job.id) + ": prompt (" + std::to_string(job.prompt.size())
-                                + ") + max_new_tokens (" + std::to_string(job.sampling.max_new_tokens)
-                                + ") exceeds the engine's max_seq_len " + std::to_string(cache_.max_len()));
+    throw std::invalid_argument("request " + std::to_string(job.id) + ": prompt (" + std::to_string(job.prompt.size()) +
+                                ") + max_new_tokens (" + std::to_string(job.sampling.max_new_tokens) +
+                                ") exceeds the engine's max_seq_len " + std::to_string(cache_.max_len()));
   for (auto t : job.prompt)
     if (t < 0 || t >= model_.config().vocab_size)
-      throw std::invalid_argument("request " + std::to_string(job.id) + ": token " + std::to_string(t)
-                                  + " outside the vocabulary");
+      throw std::invalid_argument("request " + std::to_string(job.id) + ": token " + std::to_string(t) +
+                                  " outside the vocabulary");
   queue_.push_back(std::move(job));
 }
 
 void generation_engine::update_weights(int64_t version, at::Tensor weights) {
   if (weights.numel() != model_.flat().numel())
-    throw std::invalid_argument("update_weights: " + std::to_string(weights.numel()) + " values for a model of "
-                                + std::to_string(model_.flat().numel()) + " parameters");
+    throw std::invalid_argument("update_weights: " + std::to_string(weights.numel()) + " values for a model of " +
+                                std::to_string(model_.flat().numel()) + " parameters");
   pending_update_ = std::make_pair(version, std::move(weights));
 }
 
@@ -135,8 +135,8 @@ std::vector<generation_output> generation_engine::step() {
 
   // One token per decoding sequence; prompt chunks for the others, oldest first.
   step_input input;
-  std::vector<size_t> ready;         // sequences that consume their last pending token now
-  std::vector<int64_t> ready_rows;   // row of that token in the step
+  std::vector<size_t> ready;        // sequences that consume their last pending token now
+  std::vector<int64_t> ready_rows;  // row of that token in the step
   int64_t budget = config_.prefill_chunk, row = 0;
   for (size_t slot = 0; slot < active_.size(); ++slot) {
     auto& s = active_[slot];

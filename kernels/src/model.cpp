@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
-#include <map>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <map>
 
 namespace areal::kernels {
 
@@ -15,18 +15,25 @@ namespace {
 
 at::ScalarType to_scalar_type(dtype t, const std::string& where) {
   switch (t) {
-    case dtype::f32: return at::kFloat;
-    case dtype::bf16: return at::kBFloat16;
-    case dtype::f16: return at::kHalf;
-    default: throw format_error(where + ": dtype " + std::string{to_string(t)} + " cannot hold model weights");
+    case dtype::f32:
+      return at::kFloat;
+    case dtype::bf16:
+      return at::kBFloat16;
+    case dtype::f16:
+      return at::kHalf;
+    default:
+      throw format_error(where + ": dtype " + std::string{to_string(t)} + " cannot hold model weights");
   }
 }
 
 dtype to_dtype(at::ScalarType t) {
   switch (t) {
-    case at::kBFloat16: return dtype::bf16;
-    case at::kHalf: return dtype::f16;
-    default: return dtype::f32;
+    case at::kBFloat16:
+      return dtype::bf16;
+    case at::kHalf:
+      return dtype::f16;
+    default:
+      return dtype::f32;
   }
 }
 
@@ -45,7 +52,7 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   auto count = q.size(0), kv_heads = q.size(1), group = q.size(2), head_dim = q.size(3);
   auto keys = k.size(1);
   auto qh = q.permute({1, 0, 2, 3}).reshape({kv_heads, count * group, head_dim});  // row = t * group + g
-  auto scores = at::matmul(qh, k.transpose(1, 2)).mul_(scale);                      // [kv, count*group, keys]
+  auto scores = at::matmul(qh, k.transpose(1, 2)).mul_(scale);                     // [kv, count*group, keys]
   if (count > 1) {
     auto query_pos = at::arange(count, at::TensorOptions().dtype(at::kLong).device(q.device())).add_(past);
     auto key_pos = at::arange(keys, at::TensorOptions().dtype(at::kLong).device(q.device()));
@@ -54,7 +61,9 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   }
   auto probs = at::softmax(scores, -1, at::kFloat).to(v.scalar_type());
   auto out = at::matmul(probs, v);  // [kv, count*group, head_dim]
-  return out.view({kv_heads, count, group, head_dim}).permute({1, 0, 2, 3}).reshape({count, kv_heads * group * head_dim});
+  return out.view({kv_heads, count, group, head_dim})
+      .permute({1, 0, 2, 3})
+      .reshape({count, kv_heads * group * head_dim});
 }
 
 }  // namespace
@@ -214,18 +223,19 @@ void policy_model::load_tensors(const tensor_map& tensors, const std::string& so
       throw format_error(source + ": tensor \"" + e.name + "\" is missing (the config describes a model with it)");
     auto& t = it->second;
     if (t.shape != e.shape)
-      throw format_error(source + ": tensor \"" + e.name + "\" has shape " + shape_text(t.shape) + ", the config needs "
-                         + shape_text(e.shape));
+      throw format_error(source + ": tensor \"" + e.name + "\" has shape " + shape_text(t.shape) +
+                         ", the config needs " + shape_text(e.shape));
     auto type = to_scalar_type(t.type, source + ": tensor \"" + e.name + "\"");
     auto blob = at::from_blob(const_cast<char*>(t.data.data()), {e.numel}, at::TensorOptions().dtype(type));
     flat_.narrow(0, e.offset, e.numel).copy_(blob);
   }
   for (auto& [name, t] : tensors) {
     bool known = std::any_of(layout_.begin(), layout_.end(), [&](auto& e) { return e.name == name; });
-    bool harmless = (name == "lm_head.weight" && config_.tie_word_embeddings)
-                    || name.find("rotary_emb.inv_freq") != std::string::npos;
+    bool harmless = (name == "lm_head.weight" && config_.tie_word_embeddings) ||
+                    name.find("rotary_emb.inv_freq") != std::string::npos;
     if (!known && !harmless)
-      throw format_error(source + ": unexpected tensor \"" + name + "\": the config does not describe it (wrong config.json?)");
+      throw format_error(source + ": unexpected tensor \"" + name +
+                         "\": the config does not describe it (wrong config.json?)");
   }
 }
 
@@ -384,8 +394,9 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
   auto angles = rotary_for(positions);
   // Row of each (token, kv head) in a cache tensor viewed as [slots * kv_heads * max_len, head_dim].
   auto heads = at::arange(kv_heads, long_opts.device(device));
-  auto cache_rows = ((slot_index.unsqueeze(1) * kv_heads + heads.unsqueeze(0)) * cache.max_len() + positions.unsqueeze(1))
-                      .reshape({-1});
+  auto cache_rows =
+      ((slot_index.unsqueeze(1) * kv_heads + heads.unsqueeze(0)) * cache.max_len() + positions.unsqueeze(1))
+          .reshape({-1});
   // Steady state: every segment is a decode and segment i is slot i; then the
   // queries and outputs need no gathering.
   bool all_decode_in_order = prefill_segments.empty();
@@ -411,12 +422,12 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
         qd.index_copy_(0, decode_slot_index, q.index_select(0, decode_row_index));
         qd = qd.view({decode_range, kv_heads, group, d});
       }
-      auto keys = ck.narrow(0, 0, decode_range).narrow(2, 0, decode_len);      // [range, kv, L, d]
+      auto keys = ck.narrow(0, 0, decode_range).narrow(2, 0, decode_len);  // [range, kv, L, d]
       auto vals = cv.narrow(0, 0, decode_range).narrow(2, 0, decode_len);
-      auto scores = at::matmul(qd, keys.transpose(2, 3)).mul_(scale);        // [range, kv, group, L]
+      auto scores = at::matmul(qd, keys.transpose(2, 3)).mul_(scale);  // [range, kv, group, L]
       scores.masked_fill_(decode_mask, -std::numeric_limits<float>::infinity());
       auto probs = at::softmax(scores, -1, at::kFloat).to(vals.scalar_type());
-      auto out = at::matmul(probs, vals).view({decode_range, -1});             // [range, heads*d]
+      auto out = at::matmul(probs, vals).view({decode_range, -1});  // [range, heads*d]
       if (all_decode_in_order)
         attn = out;
       else

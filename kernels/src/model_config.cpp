@@ -17,16 +17,17 @@ int64_t model_config::parameter_count() const {
 
 void model_config::validate(const std::string& source) const {
   auto fail = [&](const std::string& what) { throw format_error(source + ": " + what); };
-  if (vocab_size <= 0 || hidden_size <= 0 || intermediate_size <= 0 || num_hidden_layers <= 0
-      || num_attention_heads <= 0 || num_key_value_heads <= 0 || max_position_embeddings <= 0)
-    fail("vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, "
-         "num_key_value_heads and max_position_embeddings must all be positive");
+  if (vocab_size <= 0 || hidden_size <= 0 || intermediate_size <= 0 || num_hidden_layers <= 0 ||
+      num_attention_heads <= 0 || num_key_value_heads <= 0 || max_position_embeddings <= 0)
+    fail(
+        "vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, "
+        "num_key_value_heads and max_position_embeddings must all be positive");
   if (hidden_size % num_attention_heads != 0)
-    fail("hidden_size " + std::to_string(hidden_size) + " is not a multiple of num_attention_heads "
-         + std::to_string(num_attention_heads));
+    fail("hidden_size " + std::to_string(hidden_size) + " is not a multiple of num_attention_heads " +
+         std::to_string(num_attention_heads));
   if (num_attention_heads % num_key_value_heads != 0)
-    fail("num_attention_heads " + std::to_string(num_attention_heads) + " is not a multiple of num_key_value_heads "
-         + std::to_string(num_key_value_heads) + " (grouped-query attention needs whole groups)");
+    fail("num_attention_heads " + std::to_string(num_attention_heads) + " is not a multiple of num_key_value_heads " +
+         std::to_string(num_key_value_heads) + " (grouped-query attention needs whole groups)");
   if (head_dim() % 2 != 0)
     fail("head dimension " + std::to_string(head_dim()) + " must be even for rotary embeddings");
   if (!(rms_norm_eps > 0) || !(rope_theta > 0))
@@ -83,7 +84,8 @@ model_config parse_model_config(const std::string& text, const std::string& sour
   if (j.contains("eos_token_id") && j["eos_token_id"].is_number_integer())
     c.eos_token_id = j["eos_token_id"].get<int64_t>();
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
-    throw format_error(source + ": rope_scaling " + j["rope_scaling"].dump() + " is not supported; only plain rotary embeddings");
+    throw format_error(source + ": rope_scaling " + j["rope_scaling"].dump() +
+                       " is not supported; only plain rotary embeddings");
   if (j.value("use_sliding_window", false))
     throw format_error(source + ": use_sliding_window = true is not supported; attention is always full causal");
   if (j.contains("hidden_act") && j["hidden_act"] != "silu")

@@ -20,8 +20,8 @@ std::vector<std::vector<size_t>> pack_first_fit_decreasing(const std::vector<int
   for (auto i : order) {
     auto len = lengths[i];
     if (len > max_tokens)
-      throw std::invalid_argument("a sequence of " + std::to_string(len) + " tokens exceeds max_tokens_per_mb = "
-                                  + std::to_string(max_tokens) + "; raise max_tokens_per_mb or shorten the sequence");
+      throw std::invalid_argument("a sequence of " + std::to_string(len) + " tokens exceeds max_tokens_per_mb = " +
+                                  std::to_string(max_tokens) + "; raise max_tokens_per_mb or shorten the sequence");
     size_t best = batches.size();
     if (batches.size() >= min_micro_batches)
       for (size_t b = 0; b < batches.size(); ++b)
@@ -64,7 +64,8 @@ double shape_reward(double reward, int64_t length, const reward_shaping& s) {
   if (s.overlong_buffer > 0 && s.overlong_max_length > 0) {
     auto start = s.overlong_max_length - s.overlong_buffer;
     if (length > start)
-      r -= s.overlong_factor * std::min(1.0, static_cast<double>(length - start) / static_cast<double>(s.overlong_buffer));
+      r -= s.overlong_factor *
+           std::min(1.0, static_cast<double>(length - start) / static_cast<double>(s.overlong_buffer));
   }
   if (s.clip > 0)
     r = std::clamp(r, -s.clip, s.clip);

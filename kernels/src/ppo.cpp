@@ -44,9 +44,12 @@ kl_estimator parse_kl_estimator(const std::string& name) {
 at::Tensor kl_penalty(const at::Tensor& logp, const at::Tensor& logp_ref, kl_estimator estimator) {
   auto log_ratio = logp_ref.detach().to(at::kFloat) - logp.to(at::kFloat);  // log(pi_ref / pi_theta)
   switch (estimator) {
-    case kl_estimator::k1: return -log_ratio;
-    case kl_estimator::k2: return 0.5 * log_ratio * log_ratio;
-    case kl_estimator::k3: return at::exp(log_ratio) - 1.0 - log_ratio;
+    case kl_estimator::k1:
+      return -log_ratio;
+    case kl_estimator::k2:
+      return 0.5 * log_ratio * log_ratio;
+    case kl_estimator::k3:
+      return at::exp(log_ratio) - 1.0 - log_ratio;
   }
   return -log_ratio;
 }

@@ -73,8 +73,8 @@ tensor_map read_safetensors(const std::string& path, std::map<std::string, std::
   for (int i = 7; i >= 0; --i)
     header_len = (header_len << 8) | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
   if (header_len > bytes.size() - 8 || header_len > (100u << 20))
-    throw format_error(path + ": header length " + std::to_string(header_len) + " exceeds the file ("
-                       + std::to_string(bytes.size()) + " bytes): not a safetensors file, or truncated");
+    throw format_error(path + ": header length " + std::to_string(header_len) + " exceeds the file (" +
+                       std::to_string(bytes.size()) + " bytes): not a safetensors file, or truncated");
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<long>(header_len));
@@ -95,9 +95,9 @@ tensor_map read_safetensors(const std::string& path, std::map<std::string, std::
             (*metadata)[k] = v.get<std::string>();
       continue;
     }
-    if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") || !entry.contains("data_offsets")
-        || !entry["dtype"].is_string() || !entry["shape"].is_array() || !entry["data_offsets"].is_array()
-        || entry["data_offsets"].size() != 2)
+    if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") || !entry.contains("data_offsets") ||
+        !entry["dtype"].is_string() || !entry["shape"].is_array() || !entry["data_offsets"].is_array() ||
+        entry["data_offsets"].size() != 2)
       throw format_error(where + ": entry needs dtype, shape and data_offsets [begin, end]");
     stored_tensor t;
     t.type = parse_dtype(entry["dtype"].get<std::string>(), where);
@@ -115,12 +115,13 @@ tensor_map read_safetensors(const std::string& path, std::map<std::string, std::
       throw format_error(where + ": data_offsets must be integers");
     auto begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
     if (begin > end || end > data_size)
-      throw format_error(where + ": data_offsets [" + std::to_string(begin) + ", " + std::to_string(end)
-                         + ") lie outside the " + std::to_string(data_size) + "-byte data section (truncated file?)");
+      throw format_error(where + ": data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
+                         ") lie outside the " + std::to_string(data_size) + "-byte data section (truncated file?)");
     if (end - begin != numel * element_size(t.type))
-      throw format_error(where + ": " + std::to_string(end - begin) + " bytes of data for shape with "
-                         + std::to_string(numel) + " elements of " + to_string(t.type));
-    t.data.assign(bytes.begin() + static_cast<long>(data_start + begin), bytes.begin() + static_cast<long>(data_start + end));
+      throw format_error(where + ": " + std::to_string(end - begin) + " bytes of data for shape with " +
+                         std::to_string(numel) + " elements of " + to_string(t.type));
+    t.data.assign(bytes.begin() + static_cast<long>(data_start + begin),
+                  bytes.begin() + static_cast<long>(data_start + end));
     out.emplace(name, std::move(t));
   }
   return out;
@@ -134,9 +135,11 @@ void write_safetensors(const std::string& path, const tensor_map& tensors,
   uint64_t offset = 0;
   for (auto& [name, t] : tensors) {
     if (static_cast<uint64_t>(t.numel()) * element_size(t.type) != t.data.size())
-      throw format_error(path + ": tensor \"" + name + "\" has " + std::to_string(t.data.size())
-                         + " bytes, its shape needs " + std::to_string(t.numel() * static_cast<int64_t>(element_size(t.type))));
-    header[name] = {{"dtype", to_string(t.type)}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.data.size()}}};
+      throw format_error(path + ": tensor \"" + name + "\" has " + std::to_string(t.data.size()) +
+                         " bytes, its shape needs " +
+                         std::to_string(t.numel() * static_cast<int64_t>(element_size(t.type))));
+    header[name] = {
+        {"dtype", to_string(t.type)}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.data.size()}}};
     offset += t.data.size();
   }
   auto text = header.dump();
@@ -181,8 +184,8 @@ tensor_map read_checkpoint(const std::string& directory) {
     for (auto& name : names) {
       auto it = shard.find(name);
       if (it == shard.end())
-        throw format_error((fs::path{directory} / file).string() + ": tensor \"" + name
-                           + "\" is listed in the index but missing from this shard");
+        throw format_error((fs::path{directory} / file).string() + ": tensor \"" + name +
+                           "\" is listed in the index but missing from this shard");
       out.emplace(name, std::move(it->second));
     }
   }

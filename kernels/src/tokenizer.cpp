@@ -16,8 +16,7 @@ namespace areal::kernels {
 namespace {
 
 // GPT-2's pre-tokenizer pattern (used by a ByteLevel pre-tokenizer with use_regex).
-constexpr const char* gpt2_pattern =
-  R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+constexpr const char* gpt2_pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 std::string utf8(uint32_t cp) {
   std::string out;
@@ -152,8 +151,8 @@ void tokenizer::finish_setup(const std::string& source) {
     if (!code) {
       PCRE2_UCHAR message[256];
       pcre2_get_error_message(error, message, sizeof(message));
-      throw format_error(source + ": pre-tokenizer pattern does not compile at offset " + std::to_string(offset) + ": "
-                         + reinterpret_cast<char*>(message));
+      throw format_error(source + ": pre-tokenizer pattern does not compile at offset " + std::to_string(offset) +
+                         ": " + reinterpret_cast<char*>(message));
     }
     regex_ = std::make_unique<regex>();
     regex_->code = code;
@@ -253,14 +252,20 @@ std::string tokenizer::to_json() const {
   auto added = added_;
   std::sort(added.begin(), added.end(), [](auto& a, auto& b) { return a.id < b.id; });
   for (auto& a : added)
-    j["added_tokens"].push_back({{"id", a.id}, {"content", a.content}, {"single_word", false}, {"lstrip", false},
-                                 {"rstrip", false}, {"normalized", false}, {"special", a.special}});
+    j["added_tokens"].push_back({{"id", a.id},
+                                 {"content", a.content},
+                                 {"single_word", false},
+                                 {"lstrip", false},
+                                 {"rstrip", false},
+                                 {"normalized", false},
+                                 {"special", a.special}});
   j["normalizer"] = nullptr;
   if (byte_level_) {
-    j["pre_tokenizer"] = {{"type", "Sequence"},
-                          {"pretokenizers",
-                           {{{"type", "Split"}, {"pattern", {{"Regex", split_pattern_}}}, {"behavior", "Isolated"}, {"invert", false}},
-                            {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}}}}};
+    j["pre_tokenizer"] = {
+        {"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "Split"}, {"pattern", {{"Regex", split_pattern_}}}, {"behavior", "Isolated"}, {"invert", false}},
+          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}}}}};
     j["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
   } else {
     j["pre_tokenizer"] = nullptr;
@@ -273,9 +278,15 @@ std::string tokenizer::to_json() const {
   nlohmann::json merges = nlohmann::json::array();
   for (auto& [a, b] : merges_)
     merges.push_back({a, b});
-  j["model"] = {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", unk_token_.empty() ? nlohmann::json() : nlohmann::json(unk_token_)},
-                {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr}, {"fuse_unk", false},
-                {"byte_fallback", false}, {"vocab", vocab}, {"merges", merges}};
+  j["model"] = {{"type", "BPE"},
+                {"dropout", nullptr},
+                {"unk_token", unk_token_.empty() ? nlohmann::json() : nlohmann::json(unk_token_)},
+                {"continuing_subword_prefix", nullptr},
+                {"end_of_word_suffix", nullptr},
+                {"fuse_unk", false},
+                {"byte_fallback", false},
+                {"vocab", vocab},
+                {"merges", merges}};
   return j.dump(2) + "\n";
 }
 

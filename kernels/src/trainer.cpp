@@ -39,7 +39,7 @@ stored_tensor to_stored(const at::Tensor& t) {
 }  // namespace
 
 trainer::trainer(policy_model& model, trainer_config config)
-  : model_(model), config_(std::move(config)), rng_(config_.seed) {
+    : model_(model), config_(std::move(config)), rng_(config_.seed) {
   model_.set_trainable(true);
   auto opts = model_.flat().options().dtype(at::kFloat);
   adam_m_ = at::zeros({model_.flat().numel()}, opts);
@@ -139,9 +139,11 @@ bool trainer::apply_gradients(step_stats& stats) {
     stats.skipped = true;
     ++skipped_total_;
     if (++skipped_in_row_ >= config_.optimizer.max_nonfinite_in_row)
-      throw training_error(std::to_string(skipped_in_row_) + " optimizer steps in a row had a non-finite loss or "
-                           "gradient (last: loss " + std::to_string(stats.loss) + ", gradient norm "
-                           + std::to_string(norm) + "); training stopped, the last checkpoint is intact. Lower the "
+      throw training_error(std::to_string(skipped_in_row_) +
+                           " optimizer steps in a row had a non-finite loss or "
+                           "gradient (last: loss " +
+                           std::to_string(stats.loss) + ", gradient norm " + std::to_string(norm) +
+                           "); training stopped, the last checkpoint is intact. Lower the "
                            "learning rate or check the data.");
     grad.zero_();
     return false;
@@ -168,8 +170,8 @@ bool trainer::apply_gradients(step_stats& stats) {
 void trainer::check_batch(const std::vector<rl_sample>& batch) const {
   for (auto& s : batch) {
     if (s.behaviour_logprobs.size() != s.response.size())
-      throw std::invalid_argument("a sample has " + std::to_string(s.response.size()) + " response tokens but "
-                                  + std::to_string(s.behaviour_logprobs.size()) + " behaviour log-probabilities");
+      throw std::invalid_argument("a sample has " + std::to_string(s.response.size()) + " response tokens but " +
+                                  std::to_string(s.behaviour_logprobs.size()) + " behaviour log-probabilities");
     if (s.prompt.empty() || s.response.empty())
       throw std::invalid_argument("a sample needs a non-empty prompt and response");
   }
@@ -247,7 +249,8 @@ step_stats trainer::ppo_update(const std::vector<rl_sample>& batch) {
   std::vector<size_t> order(batch.size());
   std::iota(order.begin(), order.end(), 0);
   std::shuffle(order.begin(), order.end(), rng_);
-  auto minibatches = std::max<int64_t>(1, std::min<int64_t>(config_.ppo_minibatches, static_cast<int64_t>(batch.size())));
+  auto minibatches =
+      std::max<int64_t>(1, std::min<int64_t>(config_.ppo_minibatches, static_cast<int64_t>(batch.size())));
   double loss_total = 0;
   for (int64_t m = 0; m < minibatches; ++m) {
     auto begin = order.size() * static_cast<size_t>(m) / static_cast<size_t>(minibatches);
@@ -303,8 +306,9 @@ void trainer::save_checkpoint(const std::string& directory) const {
   write_safetensors((fresh / "optimizer.safetensors").string(), state);
   std::ostringstream rng;
   rng << rng_;
-  nlohmann::json j = {{"format", checkpoint_format}, {"optimizer_step", step_},     {"policy_version", version_},
-                      {"skipped_total", skipped_total_}, {"skipped_in_row", skipped_in_row_}, {"rng", rng.str()},
+  nlohmann::json j = {{"format", checkpoint_format},        {"optimizer_step", step_},
+                      {"policy_version", version_},         {"skipped_total", skipped_total_},
+                      {"skipped_in_row", skipped_in_row_},  {"rng", rng.str()},
                       {"parameters", model_.flat().numel()}};
   std::ofstream(fresh / "trainer_state.json") << j.dump(2) << "\n";
   std::error_code ec;
@@ -329,11 +333,12 @@ void trainer::load_checkpoint(const std::string& directory) {
     throw training_error((dir / "trainer_state.json").string() + ": " + e.what());
   }
   if (j.value("format", 0) != checkpoint_format)
-    throw training_error(dir.string() + ": checkpoint format " + std::to_string(j.value("format", 0))
-                         + ", this build reads format " + std::to_string(checkpoint_format));
+    throw training_error(dir.string() + ": checkpoint format " + std::to_string(j.value("format", 0)) +
+                         ", this build reads format " + std::to_string(checkpoint_format));
   if (j.value("parameters", int64_t{0}) != model_.flat().numel())
-    throw training_error(dir.string() + ": checkpoint of a model with " + std::to_string(j.value("parameters", int64_t{0}))
-                         + " parameters, this model has " + std::to_string(model_.flat().numel()));
+    throw training_error(dir.string() + ": checkpoint of a model with " +
+                         std::to_string(j.value("parameters", int64_t{0})) + " parameters, this model has " +
+                         std::to_string(model_.flat().numel()));
   {
     at::NoGradGuard no_grad;
     model_.load_tensors(read_checkpoint((dir / "model").string()), (dir / "model").string());

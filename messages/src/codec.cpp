@@ -16,8 +16,8 @@
 #include "common.capnp.h"
 #include "control.capnp.h"
 #include "generation.capnp.h"
-#include "trajectory.capnp.h"
 #include "reward.capnp.h"
+#include "trajectory.capnp.h"
 #include "weights.capnp.h"
 
 static_assert(areal::schema_version == areal::wire::SCHEMA_VERSION,
@@ -27,10 +27,14 @@ namespace areal {
 
 const char* to_string(wire_errc x) {
   switch (x) {
-    case wire_errc::malformed: return "malformed";
-    case wire_errc::schema_mismatch: return "schema_mismatch";
-    case wire_errc::invalid_record: return "invalid_record";
-    case wire_errc::too_large: return "too_large";
+    case wire_errc::malformed:
+      return "malformed";
+    case wire_errc::schema_mismatch:
+      return "schema_mismatch";
+    case wire_errc::invalid_record:
+      return "invalid_record";
+    case wire_errc::too_large:
+      return "too_large";
   }
   return "unknown";
 }
@@ -47,8 +51,8 @@ std::string describe(const caf::error& err) {
     return category + ": " + detail;
   }
   if (err.category() == caf::atom("system"))
-    return "system: " + caf::to_string(static_cast<caf::sec>(err.code()))
-           + (ctx.empty() ? std::string{} : " " + caf::to_string(ctx));
+    return "system: " + caf::to_string(static_cast<caf::sec>(err.code())) +
+           (ctx.empty() ? std::string{} : " " + caf::to_string(ctx));
   return caf::to_string(err);
 }
 
@@ -92,10 +96,9 @@ caf::expected<std::vector<char>> finish(capnp::MallocMessageBuilder& builder) {
   auto bytes = words.asBytes();
   if (bytes.size() > max_message_bytes)
     return caf::make_error(wire_errc::too_large,
-                           "record of " + std::to_string(bytes.size()) + " bytes exceeds the limit of "
-                             + std::to_string(max_message_bytes) + "; send bulk data through the weight transport");
-  return std::vector<char>(reinterpret_cast<const char*>(bytes.begin()),
-                           reinterpret_cast<const char*>(bytes.end()));
+                           "record of " + std::to_string(bytes.size()) + " bytes exceeds the limit of " +
+                               std::to_string(max_message_bytes) + "; send bulk data through the weight transport");
+  return std::vector<char>(reinterpret_cast<const char*>(bytes.begin()), reinterpret_cast<const char*>(bytes.end()));
 }
 
 caf::error invalid(std::string what) {
@@ -105,18 +108,18 @@ caf::error invalid(std::string what) {
 caf::error check_schema(const char* record, uint32_t version) {
   if (version == schema_version)
     return {};
-  return caf::make_error(wire_errc::schema_mismatch,
-                         std::string{record} + " written with schema version " + std::to_string(version)
-                           + ", this build reads version " + std::to_string(schema_version)
-                           + "; run the same areal build on every node");
+  return caf::make_error(wire_errc::schema_mismatch, std::string{record} + " written with schema version " +
+                                                         std::to_string(version) + ", this build reads version " +
+                                                         std::to_string(schema_version) +
+                                                         "; run the same areal build on every node");
 }
 
 // Runs `read` on the root of type Root of the message in [data, data+size).
 template <class Root, class Result, class Read>
 caf::expected<Result> read_root(const char* record, const char* data, size_t size, Read read) {
   if (size == 0 || size % sizeof(capnp::word) != 0)
-    return caf::make_error(wire_errc::malformed, std::string{record} + ": " + std::to_string(size)
-                                                   + " bytes is not a whole number of 8-byte words");
+    return caf::make_error(wire_errc::malformed, std::string{record} + ": " + std::to_string(size) +
+                                                     " bytes is not a whole number of 8-byte words");
   if (size > max_message_bytes)
     return caf::make_error(wire_errc::too_large, std::string{record} + ": " + std::to_string(size) + " bytes");
   // Copy into word-aligned storage: a std::vector<char> carries no alignment guarantee
@@ -135,8 +138,7 @@ caf::expected<Result> read_root(const char* record, const char* data, size_t siz
       return err;
     return read(root);
   } catch (const kj::Exception& e) {
-    return caf::make_error(wire_errc::malformed,
-                           std::string{record} + ": " + std::string(e.getDescription().cStr()));
+    return caf::make_error(wire_errc::malformed, std::string{record} + ": " + std::string(e.getDescription().cStr()));
   }
 }
 
@@ -172,36 +174,36 @@ caf::expected<std::vector<char>> encode(const generation_request& x) {
 template <>
 caf::expected<generation_request> decode<generation_request>(const char* data, size_t size) {
   return read_root<wire::GenerationRequest, generation_request>(
-    "generation_request", data, size, [](wire::GenerationRequest::Reader r) -> caf::expected<generation_request> {
-      generation_request x;
-      x.prompt_id = r.getPromptId();
-      x.group_id = r.getGroupId();
-      x.sample_index = r.getSampleIndex();
-      x.prompt_tokens = to_vector<int32_t>(r.getPromptTokens());
-      auto s = r.getSampling();
-      x.sampling.temperature = s.getTemperature();
-      x.sampling.top_k = s.getTopK();
-      x.sampling.top_p = s.getTopP();
-      x.sampling.greedy = s.getGreedy();
-      x.sampling.max_new_tokens = s.getMaxNewTokens();
-      x.sampling.stop_tokens = to_vector<int32_t>(s.getStopTokens());
-      x.seed = r.getSeed();
-      x.admitted_version = r.getAdmittedVersion();
-      if (!(x.sampling.temperature >= 0.0f))
-        return invalid("generation_request: temperature must be >= 0");
-      if (!(x.sampling.top_p > 0.0f && x.sampling.top_p <= 1.0f))
-        return invalid("generation_request: top_p must be in (0, 1]");
-      return x;
-    });
+      "generation_request", data, size, [](wire::GenerationRequest::Reader r) -> caf::expected<generation_request> {
+        generation_request x;
+        x.prompt_id = r.getPromptId();
+        x.group_id = r.getGroupId();
+        x.sample_index = r.getSampleIndex();
+        x.prompt_tokens = to_vector<int32_t>(r.getPromptTokens());
+        auto s = r.getSampling();
+        x.sampling.temperature = s.getTemperature();
+        x.sampling.top_k = s.getTopK();
+        x.sampling.top_p = s.getTopP();
+        x.sampling.greedy = s.getGreedy();
+        x.sampling.max_new_tokens = s.getMaxNewTokens();
+        x.sampling.stop_tokens = to_vector<int32_t>(s.getStopTokens());
+        x.seed = r.getSeed();
+        x.admitted_version = r.getAdmittedVersion();
+        if (!(x.sampling.temperature >= 0.0f))
+          return invalid("generation_request: temperature must be >= 0");
+        if (!(x.sampling.top_p > 0.0f && x.sampling.top_p <= 1.0f))
+          return invalid("generation_request: top_p must be in (0, 1]");
+        return x;
+      });
 }
 
 // -- trajectory ---------------------------------------------------------------
 
 caf::expected<std::vector<char>> encode(const trajectory& x) {
   if (x.behaviour_logprobs.size() != x.output_tokens.size() || x.token_versions.size() != x.output_tokens.size())
-    return invalid("trajectory: " + std::to_string(x.output_tokens.size()) + " output tokens but "
-                   + std::to_string(x.behaviour_logprobs.size()) + " log-probabilities and "
-                   + std::to_string(x.token_versions.size()) + " versions; they must be equal");
+    return invalid("trajectory: " + std::to_string(x.output_tokens.size()) + " output tokens but " +
+                   std::to_string(x.behaviour_logprobs.size()) + " log-probabilities and " +
+                   std::to_string(x.token_versions.size()) + " versions; they must be equal");
   capnp::MallocMessageBuilder builder;
   auto root = builder.initRoot<wire::Trajectory>();
   root.setSchemaVersion(schema_version);
@@ -229,37 +231,36 @@ caf::expected<std::vector<char>> encode(const trajectory& x) {
 template <>
 caf::expected<trajectory> decode<trajectory>(const char* data, size_t size) {
   return read_root<wire::Trajectory, trajectory>(
-    "trajectory", data, size, [](wire::Trajectory::Reader r) -> caf::expected<trajectory> {
-      trajectory x;
-      x.prompt_id = r.getPromptId();
-      x.group_id = r.getGroupId();
-      x.sample_index = r.getSampleIndex();
-      x.prompt_tokens = to_vector<int32_t>(r.getPromptTokens());
-      x.output_tokens = to_vector<int32_t>(r.getOutputTokens());
-      x.behaviour_logprobs = to_vector<float>(r.getBehaviourLogprobs());
-      x.token_versions = to_vector<int64_t>(r.getTokenVersions());
-      if (x.behaviour_logprobs.size() != x.output_tokens.size()
-          || x.token_versions.size() != x.output_tokens.size())
-        return invalid("trajectory: " + std::to_string(x.output_tokens.size()) + " output tokens but "
-                       + std::to_string(x.behaviour_logprobs.size()) + " log-probabilities and "
-                       + std::to_string(x.token_versions.size()) + " versions");
-      if (!enum_in_range(r.getFinishReason(), wire::FinishReason::ABORTED))
-        return invalid("trajectory: unknown finish reason " + std::to_string(static_cast<int>(r.getFinishReason())));
-      if (!enum_in_range(r.getVerdict(), wire::Verdict::SANDBOX_VIOLATION))
-        return invalid("trajectory: unknown verdict " + std::to_string(static_cast<int>(r.getVerdict())));
-      x.finish = static_cast<finish_reason>(r.getFinishReason());
-      x.reward = r.getReward();
-      x.judged = static_cast<verdict>(r.getVerdict());
-      x.verdict_detail = to_std(r.getVerdictDetail());
-      auto t = r.getTimestamps();
-      x.timestamps.admitted_ns = t.getAdmittedNs();
-      x.timestamps.generation_start_ns = t.getGenerationStartNs();
-      x.timestamps.generation_end_ns = t.getGenerationEndNs();
-      x.timestamps.scored_ns = t.getScoredNs();
-      x.timestamps.scoring_start_ns = t.getScoringStartNs();
-      x.producer = to_std(r.getProducer());
-      return x;
-    });
+      "trajectory", data, size, [](wire::Trajectory::Reader r) -> caf::expected<trajectory> {
+        trajectory x;
+        x.prompt_id = r.getPromptId();
+        x.group_id = r.getGroupId();
+        x.sample_index = r.getSampleIndex();
+        x.prompt_tokens = to_vector<int32_t>(r.getPromptTokens());
+        x.output_tokens = to_vector<int32_t>(r.getOutputTokens());
+        x.behaviour_logprobs = to_vector<float>(r.getBehaviourLogprobs());
+        x.token_versions = to_vector<int64_t>(r.getTokenVersions());
+        if (x.behaviour_logprobs.size() != x.output_tokens.size() || x.token_versions.size() != x.output_tokens.size())
+          return invalid("trajectory: " + std::to_string(x.output_tokens.size()) + " output tokens but " +
+                         std::to_string(x.behaviour_logprobs.size()) + " log-probabilities and " +
+                         std::to_string(x.token_versions.size()) + " versions");
+        if (!enum_in_range(r.getFinishReason(), wire::FinishReason::ABORTED))
+          return invalid("trajectory: unknown finish reason " + std::to_string(static_cast<int>(r.getFinishReason())));
+        if (!enum_in_range(r.getVerdict(), wire::Verdict::SANDBOX_VIOLATION))
+          return invalid("trajectory: unknown verdict " + std::to_string(static_cast<int>(r.getVerdict())));
+        x.finish = static_cast<finish_reason>(r.getFinishReason());
+        x.reward = r.getReward();
+        x.judged = static_cast<verdict>(r.getVerdict());
+        x.verdict_detail = to_std(r.getVerdictDetail());
+        auto t = r.getTimestamps();
+        x.timestamps.admitted_ns = t.getAdmittedNs();
+        x.timestamps.generation_start_ns = t.getGenerationStartNs();
+        x.timestamps.generation_end_ns = t.getGenerationEndNs();
+        x.timestamps.scored_ns = t.getScoredNs();
+        x.timestamps.scoring_start_ns = t.getScoringStartNs();
+        x.producer = to_std(r.getProducer());
+        return x;
+      });
 }
 
 // -- weight_manifest ----------------------------------------------------------
@@ -282,9 +283,8 @@ caf::error validate(const weight_manifest& x) {
     }
     auto bytes = elements * element_size(t.type);
     if (t.offset > x.total_bytes || bytes > x.total_bytes - t.offset)
-      return invalid("weight_manifest: tensor '" + t.name + "' (" + std::to_string(bytes) + " bytes at offset "
-                     + std::to_string(t.offset) + ") lies outside the " + std::to_string(x.total_bytes)
-                     + "-byte buffer");
+      return invalid("weight_manifest: tensor '" + t.name + "' (" + std::to_string(bytes) + " bytes at offset " +
+                     std::to_string(t.offset) + ") lies outside the " + std::to_string(x.total_bytes) + "-byte buffer");
     if (bytes > 0)
       ranges.emplace_back(t.offset, t.offset + bytes);
   }
@@ -319,26 +319,26 @@ caf::expected<std::vector<char>> encode(const weight_manifest& x) {
 template <>
 caf::expected<weight_manifest> decode<weight_manifest>(const char* data, size_t size) {
   return read_root<wire::WeightManifest, weight_manifest>(
-    "weight_manifest", data, size, [](wire::WeightManifest::Reader r) -> caf::expected<weight_manifest> {
-      weight_manifest x;
-      x.version = r.getVersion();
-      x.total_bytes = r.getTotalBytes();
-      x.checksum = r.getChecksum();
-      for (auto e : r.getTensors()) {
-        if (!enum_in_range(e.getDtype(), wire::DType::U8))
-          return invalid("weight_manifest: tensor '" + to_std(e.getName()) + "' has unknown dtype "
-                         + std::to_string(static_cast<int>(e.getDtype())));
-        tensor_entry t;
-        t.name = to_std(e.getName());
-        t.type = static_cast<dtype>(e.getDtype());
-        t.shape = to_vector<int64_t>(e.getShape());
-        t.offset = e.getOffset();
-        x.tensors.push_back(std::move(t));
-      }
-      if (auto err = validate(x))
-        return err;
-      return x;
-    });
+      "weight_manifest", data, size, [](wire::WeightManifest::Reader r) -> caf::expected<weight_manifest> {
+        weight_manifest x;
+        x.version = r.getVersion();
+        x.total_bytes = r.getTotalBytes();
+        x.checksum = r.getChecksum();
+        for (auto e : r.getTensors()) {
+          if (!enum_in_range(e.getDtype(), wire::DType::U8))
+            return invalid("weight_manifest: tensor '" + to_std(e.getName()) + "' has unknown dtype " +
+                           std::to_string(static_cast<int>(e.getDtype())));
+          tensor_entry t;
+          t.name = to_std(e.getName());
+          t.type = static_cast<dtype>(e.getDtype());
+          t.shape = to_vector<int64_t>(e.getShape());
+          t.offset = e.getOffset();
+          x.tensors.push_back(std::move(t));
+        }
+        if (auto err = validate(x))
+          return err;
+        return x;
+      });
 }
 
 // -- reward_task --------------------------------------------------------------
@@ -370,24 +370,24 @@ caf::expected<std::vector<char>> encode(const reward_task& x) {
 template <>
 caf::expected<reward_task> decode<reward_task>(const char* data, size_t size) {
   return read_root<wire::RewardTask, reward_task>(
-    "reward_task", data, size, [](wire::RewardTask::Reader r) -> caf::expected<reward_task> {
-      if (!enum_in_range(r.getKind(), wire::TaskKind::CODE))
-        return invalid("reward_task: unknown task kind " + std::to_string(static_cast<int>(r.getKind())));
-      reward_task x;
-      x.kind = static_cast<task_kind>(r.getKind());
-      x.references = to_strings(r.getReferences());
-      x.numbers = to_vector<int64_t>(r.getNumbers());
-      x.target = r.getTarget();
-      for (auto c : r.getIoCases())
-        x.io_cases.push_back({to_std(c.getInput()), to_std(c.getExpectedOutput())});
-      x.assertions = to_strings(r.getAssertions());
-      x.case_time_s = r.getCaseTimeS();
-      x.total_time_s = r.getTotalTimeS();
-      x.partial_credit = r.getPartialCredit();
-      if (!(x.case_time_s > 0 && x.case_time_s <= 3600 && x.total_time_s > 0 && x.total_time_s <= 3600))
-        return invalid("reward_task: time limits must lie in (0, 3600] seconds");
-      return x;
-    });
+      "reward_task", data, size, [](wire::RewardTask::Reader r) -> caf::expected<reward_task> {
+        if (!enum_in_range(r.getKind(), wire::TaskKind::CODE))
+          return invalid("reward_task: unknown task kind " + std::to_string(static_cast<int>(r.getKind())));
+        reward_task x;
+        x.kind = static_cast<task_kind>(r.getKind());
+        x.references = to_strings(r.getReferences());
+        x.numbers = to_vector<int64_t>(r.getNumbers());
+        x.target = r.getTarget();
+        for (auto c : r.getIoCases())
+          x.io_cases.push_back({to_std(c.getInput()), to_std(c.getExpectedOutput())});
+        x.assertions = to_strings(r.getAssertions());
+        x.case_time_s = r.getCaseTimeS();
+        x.total_time_s = r.getTotalTimeS();
+        x.partial_credit = r.getPartialCredit();
+        if (!(x.case_time_s > 0 && x.case_time_s <= 3600 && x.total_time_s > 0 && x.total_time_s <= 3600))
+          return invalid("reward_task: time limits must lie in (0, 3600] seconds");
+        return x;
+      });
 }
 
 // -- node_hello ---------------------------------------------------------------
@@ -413,23 +413,23 @@ caf::expected<std::vector<char>> encode(const node_hello& x) {
 
 template <>
 caf::expected<node_hello> decode<node_hello>(const char* data, size_t size) {
-  return read_root<wire::NodeHello, node_hello>(
-    "node_hello", data, size, [](wire::NodeHello::Reader r) -> caf::expected<node_hello> {
-      node_hello x;
-      x.protocol_version = r.getProtocolVersion();
-      x.app_id = to_std(r.getAppId());
-      x.node_name = to_std(r.getNodeName());
-      x.roles = to_strings(r.getRoles());
-      x.host = to_std(r.getHost());
-      x.port = r.getPort();
-      x.pid = r.getPid();
-      x.hostname = to_std(r.getHostname());
-      x.build = to_std(r.getBuild());
-      x.wall_clock_ns = r.getWallClockNs();
-      if (x.node_name.empty())
-        return invalid("node_hello: empty node name");
-      return x;
-    });
+  return read_root<wire::NodeHello, node_hello>("node_hello", data, size,
+                                                [](wire::NodeHello::Reader r) -> caf::expected<node_hello> {
+                                                  node_hello x;
+                                                  x.protocol_version = r.getProtocolVersion();
+                                                  x.app_id = to_std(r.getAppId());
+                                                  x.node_name = to_std(r.getNodeName());
+                                                  x.roles = to_strings(r.getRoles());
+                                                  x.host = to_std(r.getHost());
+                                                  x.port = r.getPort();
+                                                  x.pid = r.getPid();
+                                                  x.hostname = to_std(r.getHostname());
+                                                  x.build = to_std(r.getBuild());
+                                                  x.wall_clock_ns = r.getWallClockNs();
+                                                  if (x.node_name.empty())
+                                                    return invalid("node_hello: empty node name");
+                                                  return x;
+                                                });
 }
 
 // -- node_stats ---------------------------------------------------------------
@@ -451,19 +451,19 @@ caf::expected<std::vector<char>> encode(const node_stats& x) {
 
 template <>
 caf::expected<node_stats> decode<node_stats>(const char* data, size_t size) {
-  return read_root<wire::NodeStats, node_stats>(
-    "node_stats", data, size, [](wire::NodeStats::Reader r) -> caf::expected<node_stats> {
-      node_stats x;
-      x.node_name = to_std(r.getNodeName());
-      x.uptime_ns = r.getUptimeNs();
-      x.peers_connected = r.getPeersConnected();
-      x.peers_lost = r.getPeersLost();
-      x.trajectories_received = r.getTrajectoriesReceived();
-      x.trajectories_sent = r.getTrajectoriesSent();
-      x.bytes_received = r.getBytesReceived();
-      x.bytes_sent = r.getBytesSent();
-      return x;
-    });
+  return read_root<wire::NodeStats, node_stats>("node_stats", data, size,
+                                                [](wire::NodeStats::Reader r) -> caf::expected<node_stats> {
+                                                  node_stats x;
+                                                  x.node_name = to_std(r.getNodeName());
+                                                  x.uptime_ns = r.getUptimeNs();
+                                                  x.peers_connected = r.getPeersConnected();
+                                                  x.peers_lost = r.getPeersLost();
+                                                  x.trajectories_received = r.getTrajectoriesReceived();
+                                                  x.trajectories_sent = r.getTrajectoriesSent();
+                                                  x.bytes_received = r.getBytesReceived();
+                                                  x.bytes_sent = r.getBytesSent();
+                                                  return x;
+                                                });
 }
 
 }  // namespace areal

@@ -26,7 +26,9 @@ Exit codes: 0 run finished or stopped by a signal, 2 bad command line or configu
 
 cli_result parse_cli(int argc, const char* const* argv) {
   cli_options o;
-  auto fail = [](std::string text) { return cli_result{std::nullopt, std::move(text) + "\n(run areal --help for usage)"}; };
+  auto fail = [](std::string text) {
+    return cli_result{std::nullopt, std::move(text) + "\n(run areal --help for usage)"};
+  };
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
     std::string inline_value;
@@ -105,7 +107,8 @@ node_choice choose_node(const run_config& config, const cli_options& options) {
     if (auto* n = config.find_node(*options.node))
       chosen = *n;
     else
-      return {std::nullopt, "--node " + *options.node + ": no such node in " + config.source + "; its nodes are: " + names()};
+      return {std::nullopt,
+              "--node " + *options.node + ": no such node in " + config.source + "; its nodes are: " + names()};
   } else if (config.nodes.size() == 1) {
     chosen = config.nodes.front();
   } else if (options.roles) {
@@ -116,24 +119,24 @@ node_choice choose_node(const run_config& config, const cli_options& options) {
       std::sort(have.begin(), have.end());
       if (have == wanted) {
         if (chosen)
-          return {std::nullopt, "--role " + join(*options.roles) + " matches several nodes (" + chosen->name + ", "
-                                  + n.name + "); pass --node NAME"};
+          return {std::nullopt, "--role " + join(*options.roles) + " matches several nodes (" + chosen->name + ", " +
+                                    n.name + "); pass --node NAME"};
         chosen = n;
       }
     }
     if (!chosen)
-      return {std::nullopt, "--role " + join(*options.roles) + ": no node of " + config.source
-                              + " has exactly these roles; pass --node NAME (one of: " + names() + ")"};
+      return {std::nullopt, "--role " + join(*options.roles) + ": no node of " + config.source +
+                                " has exactly these roles; pass --node NAME (one of: " + names() + ")"};
   } else {
-    return {std::nullopt, config.source + " has " + std::to_string(config.nodes.size())
-                            + " nodes; pass --node NAME (one of: " + names() + ")"};
+    return {std::nullopt, config.source + " has " + std::to_string(config.nodes.size()) +
+                              " nodes; pass --node NAME (one of: " + names() + ")"};
   }
   if (options.roles && options.node) {
     bool had_controller = chosen->has(role::controller);
     chosen->roles = *options.roles;
     if (had_controller != chosen->has(role::controller))
-      return {std::nullopt, "--role " + join(*options.roles) + ": the controller role is fixed by the topology (node "
-                              + config.controller_node().name + "); change it in " + config.source};
+      return {std::nullopt, "--role " + join(*options.roles) + ": the controller role is fixed by the topology (node " +
+                                config.controller_node().name + "); change it in " + config.source};
   }
   return {chosen, {}};
 }

@@ -23,10 +23,14 @@ constexpr role all_roles[] = {role::controller, role::trainer, role::rollout, ro
 
 const char* to_string(role x) {
   switch (x) {
-    case role::controller: return "controller";
-    case role::trainer: return "trainer";
-    case role::rollout: return "rollout";
-    case role::reward: return "reward";
+    case role::controller:
+      return "controller";
+    case role::trainer:
+      return "trainer";
+    case role::rollout:
+      return "rollout";
+    case role::reward:
+      return "reward";
   }
   return "unknown";
 }
@@ -98,11 +102,16 @@ enum class kind { boolean, integer, number, string, string_list };
 
 const char* to_string(kind k) {
   switch (k) {
-    case kind::boolean: return "a boolean";
-    case kind::integer: return "an integer";
-    case kind::number: return "a number";
-    case kind::string: return "a string";
-    case kind::string_list: return "an array of strings";
+    case kind::boolean:
+      return "a boolean";
+    case kind::integer:
+      return "an integer";
+    case kind::number:
+      return "a number";
+    case kind::string:
+      return "a string";
+    case kind::string_list:
+      return "an array of strings";
   }
   return "?";
 }
@@ -129,66 +138,177 @@ struct section_spec {
 
 const std::vector<section_spec>& schema() {
   static const std::vector<section_spec> sections = {
-    {"run", false, "What this run is called and where its outputs go.",
-     {
-       {"name", kind::string, std::string{"areal-run"}, -INFINITY, INFINITY, {},
-        "run name; the run directory is output_dir/name"},
-       {"output_dir", kind::string, std::string{"runs"}, -INFINITY, INFINITY, {},
-        "parent directory of run directories (relative to the working directory)"},
-       {"seed", kind::integer, int64_t{1}, 0, 9.007199254740992e15, {}, "seed of every random stream"},
-       {"hold_s", kind::number, 0.0, 0, 86400, {},
-        "seconds the controller keeps the run up after every node joined"},
-     }},
-    {"cluster", false, "How the nodes find, authenticate and watch each other.",
-     {
-       {"app_id", kind::string, std::string{"areal"}, -INFINITY, INFINITY, {},
-        "cluster identifier; CAF refuses peers with another one"},
-       {"connect_timeout_s", kind::number, 30.0, 0.1, 3600, {},
-        "how long a node retries reaching the controller node before giving up"},
-       {"heartbeat_interval_ms", kind::integer, int64_t{500}, 10, 60000, {},
-        "interval of the middleman's heartbeats"},
-       {"connection_timeout_ms", kind::integer, int64_t{3000}, 100, 600000, {},
-        "a peer silent this long is declared lost (must exceed heartbeat_interval_ms)"},
-     }},
-    {"model", false, "The policy model: a preset or a Hugging Face directory, and where it runs.",
-     {
-       {"preset", kind::string, std::string{"tiny"}, -INFINITY, INFINITY, {"tiny", "small"},
-        "model shape when no path is given (tiny: about 3 M parameters, small: about 25 M)"},
-       {"path", kind::string, std::string{"-"}, -INFINITY, INFINITY, {},
-        "Hugging Face model directory to load, or - for a fresh preset"},
-       {"device", kind::string, std::string{"cpu"}, -INFINITY, INFINITY, {},
-        "cpu, cuda or cuda:N (cuda needs a LibTorch built with CUDA)"},
-       {"dtype", kind::string, std::string{"float32"}, -INFINITY, INFINITY, {"float32", "bfloat16", "float16"},
-        "parameter and activation type"},
-     }},
-    {"reward", false, "The reward service: verification workers and the code sandbox.",
-     {
-       {"workers", kind::integer, int64_t{2}, 1, 256, {}, "parallel verification workers (one thread each)"},
-       {"queue_capacity", kind::integer, int64_t{64}, 1, 1e6, {},
-        "verifications accepted at once (queued + running); more are refused: back-pressure"},
-       {"timeout_s", kind::number, 30.0, 0.1, 3600, {}, "deadline of one verification; past it the verdict is timeout"},
-       {"python", kind::string, std::string{"/usr/bin/python3"}, -INFINITY, INFINITY, {},
-        "interpreter for code tasks (absolute path, readable by the sandbox user)"},
-       {"sandbox_user", kind::string, std::string{"nobody"}, -INFINITY, INFINITY, {},
-        "unprivileged user that runs sandboxed programs when areal runs as root"},
-       {"memory_mb", kind::integer, int64_t{1024}, 16, 65536, {}, "address-space limit of a sandboxed program"},
-       {"output_kb", kind::integer, int64_t{1024}, 1, 1048576, {},
-        "stdout + stderr kept from a sandboxed program; writing more ends it"},
-       {"math_relative_tolerance", kind::number, 1e-4, 0, 1, {}, "tolerance for math answers written as decimals"},
-       {"countdown_use_all_numbers", kind::boolean, false, -INFINITY, INFINITY, {},
-        "countdown answers must use every given number"},
-     }},
-    {"nodes", true, "One [[nodes]] entry per process of the topology.",
-     {
-       {"name", kind::string, {}, -INFINITY, INFINITY, {}, "unique node name, used by --node"},
-       {"host", kind::string, std::string{"127.0.0.1"}, -INFINITY, INFINITY, {},
-        "address the node listens on and peers connect to"},
-       {"port", kind::integer, int64_t{0}, 0, 65535, {},
-        "TCP port (0: no listening; only for a single-node topology)"},
-       {"roles", kind::string_list, {}, -INFINITY, INFINITY, {"controller", "trainer", "rollout", "reward"},
-        "what the node runs"},
-       {"compute_threads", kind::integer, int64_t{1}, 1, 1024, {}, "threads for LibTorch work on this node"},
-     }},
+      {"run",
+       false,
+       "What this run is called and where its outputs go.",
+       {
+           {"name",
+            kind::string,
+            std::string{"areal-run"},
+            -INFINITY,
+            INFINITY,
+            {},
+            "run name; the run directory is output_dir/name"},
+           {"output_dir",
+            kind::string,
+            std::string{"runs"},
+            -INFINITY,
+            INFINITY,
+            {},
+            "parent directory of run directories (relative to the working directory)"},
+           {"seed", kind::integer, int64_t{1}, 0, 9.007199254740992e15, {}, "seed of every random stream"},
+           {"hold_s",
+            kind::number,
+            0.0,
+            0,
+            86400,
+            {},
+            "seconds the controller keeps the run up after every node joined"},
+       }},
+      {"cluster",
+       false,
+       "How the nodes find, authenticate and watch each other.",
+       {
+           {"app_id",
+            kind::string,
+            std::string{"areal"},
+            -INFINITY,
+            INFINITY,
+            {},
+            "cluster identifier; CAF refuses peers with another one"},
+           {"connect_timeout_s",
+            kind::number,
+            30.0,
+            0.1,
+            3600,
+            {},
+            "how long a node retries reaching the controller node before giving up"},
+           {"heartbeat_interval_ms",
+            kind::integer,
+            int64_t{500},
+            10,
+            60000,
+            {},
+            "interval of the middleman's heartbeats"},
+           {"connection_timeout_ms",
+            kind::integer,
+            int64_t{3000},
+            100,
+            600000,
+            {},
+            "a peer silent this long is declared lost (must exceed heartbeat_interval_ms)"},
+       }},
+      {"model",
+       false,
+       "The policy model: a preset or a Hugging Face directory, and where it runs.",
+       {
+           {"preset",
+            kind::string,
+            std::string{"tiny"},
+            -INFINITY,
+            INFINITY,
+            {"tiny", "small"},
+            "model shape when no path is given (tiny: about 3 M parameters, small: about 25 M)"},
+           {"path",
+            kind::string,
+            std::string{"-"},
+            -INFINITY,
+            INFINITY,
+            {},
+            "Hugging Face model directory to load, or - for a fresh preset"},
+           {"device",
+            kind::string,
+            std::string{"cpu"},
+            -INFINITY,
+            INFINITY,
+            {},
+            "cpu, cuda or cuda:N (cuda needs a LibTorch built with CUDA)"},
+           {"dtype",
+            kind::string,
+            std::string{"float32"},
+            -INFINITY,
+            INFINITY,
+            {"float32", "bfloat16", "float16"},
+            "parameter and activation type"},
+       }},
+      {"reward",
+       false,
+       "The reward service: verification workers and the code sandbox.",
+       {
+           {"workers", kind::integer, int64_t{2}, 1, 256, {}, "parallel verification workers (one thread each)"},
+           {"queue_capacity",
+            kind::integer,
+            int64_t{64},
+            1,
+            1e6,
+            {},
+            "verifications accepted at once (queued + running); more are refused: back-pressure"},
+           {"timeout_s",
+            kind::number,
+            30.0,
+            0.1,
+            3600,
+            {},
+            "deadline of one verification; past it the verdict is timeout"},
+           {"python",
+            kind::string,
+            std::string{"/usr/bin/python3"},
+            -INFINITY,
+            INFINITY,
+            {},
+            "interpreter for code tasks (absolute path, readable by the sandbox user)"},
+           {"sandbox_user",
+            kind::string,
+            std::string{"nobody"},
+            -INFINITY,
+            INFINITY,
+            {},
+            "unprivileged user that runs sandboxed programs when areal runs as root"},
+           {"memory_mb", kind::integer, int64_t{1024}, 16, 65536, {}, "address-space limit of a sandboxed program"},
+           {"output_kb",
+            kind::integer,
+            int64_t{1024},
+            1,
+            1048576,
+            {},
+            "stdout + stderr kept from a sandboxed program; writing more ends it"},
+           {"math_relative_tolerance", kind::number, 1e-4, 0, 1, {}, "tolerance for math answers written as decimals"},
+           {"countdown_use_all_numbers",
+            kind::boolean,
+            false,
+            -INFINITY,
+            INFINITY,
+            {},
+            "countdown answers must use every given number"},
+       }},
+      {"nodes",
+       true,
+       "One [[nodes]] entry per process of the topology.",
+       {
+           {"name", kind::string, {}, -INFINITY, INFINITY, {}, "unique node name, used by --node"},
+           {"host",
+            kind::string,
+            std::string{"127.0.0.1"},
+            -INFINITY,
+            INFINITY,
+            {},
+            "address the node listens on and peers connect to"},
+           {"port",
+            kind::integer,
+            int64_t{0},
+            0,
+            65535,
+            {},
+            "TCP port (0: no listening; only for a single-node topology)"},
+           {"roles",
+            kind::string_list,
+            {},
+            -INFINITY,
+            INFINITY,
+            {"controller", "trainer", "rollout", "reward"},
+            "what the node runs"},
+           {"compute_threads", kind::integer, int64_t{1}, 1, 1024, {}, "threads for LibTorch work on this node"},
+       }},
   };
   return sections;
 }
@@ -196,7 +316,7 @@ const std::vector<section_spec>& schema() {
 // -- error reporting ----------------------------------------------------------
 
 struct context {
-  std::string source;                                 // file name
+  std::string source;                                // file name
   std::map<const toml::node*, std::string> origins;  // nodes set from the command line
   std::vector<std::string> errors;
 
@@ -219,13 +339,20 @@ struct context {
 
 std::string type_name(const toml::node& n) {
   switch (n.type()) {
-    case toml::node_type::table: return "a table";
-    case toml::node_type::array: return "an array";
-    case toml::node_type::string: return "a string";
-    case toml::node_type::integer: return "an integer";
-    case toml::node_type::floating_point: return "a number";
-    case toml::node_type::boolean: return "a boolean";
-    default: return "a date/time";
+    case toml::node_type::table:
+      return "a table";
+    case toml::node_type::array:
+      return "an array";
+    case toml::node_type::string:
+      return "a string";
+    case toml::node_type::integer:
+      return "an integer";
+    case toml::node_type::floating_point:
+      return "a number";
+    case toml::node_type::boolean:
+      return "a boolean";
+    default:
+      return "a date/time";
   }
 }
 
@@ -297,8 +424,8 @@ void apply_override(toml::table& root, const std::string& text, context& ctx) {
     if (auto* arr = child->as_array()) {
       // Next step picks an entry: by index or by its `name`.
       if (i + 2 >= steps.size()) {
-        ctx.errors.push_back(origin + ": '" + step + "' is an array of tables; name an entry and a key, e.g. "
-                             + step + "[0].KEY or " + step + ".NAME.KEY");
+        ctx.errors.push_back(origin + ": '" + step + "' is an array of tables; name an entry and a key, e.g. " + step +
+                             "[0].KEY or " + step + ".NAME.KEY");
         return;
       }
       auto& pick = steps[++i];
@@ -314,8 +441,8 @@ void apply_override(toml::table& root, const std::string& text, context& ctx) {
               entry = t;
       }
       if (!entry) {
-        ctx.errors.push_back(origin + ": no entry '" + pick + "' in '" + step + "' (it has " + std::to_string(arr->size())
-                             + " entries; use an index from 0 or an entry's name)");
+        ctx.errors.push_back(origin + ": no entry '" + pick + "' in '" + step + "' (it has " +
+                             std::to_string(arr->size()) + " entries; use an index from 0 or an entry's name)");
         return;
       }
       table = entry;
@@ -357,18 +484,18 @@ void check_table(toml::table& table, const section_spec& section, const std::str
         continue;
       }
       std::visit(
-        [&](auto& x) {
-          using T = std::decay_t<decltype(x)>;
-          if constexpr (std::is_same_v<T, std::vector<std::string>>) {
-            toml::array arr;
-            for (auto& s : x)
-              arr.push_back(s);
-            table.insert(f.key, std::move(arr));
-          } else if constexpr (!std::is_same_v<T, std::monostate>) {
-            table.insert(f.key, x);
-          }
-        },
-        f.fallback);
+          [&](auto& x) {
+            using T = std::decay_t<decltype(x)>;
+            if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+              toml::array arr;
+              for (auto& s : x)
+                arr.push_back(s);
+              table.insert(f.key, std::move(arr));
+            } else if constexpr (!std::is_same_v<T, std::monostate>) {
+              table.insert(f.key, x);
+            }
+          },
+          f.fallback);
       continue;
     }
     auto wrong_type = [&] {
@@ -377,8 +504,8 @@ void check_table(toml::table& table, const section_spec& section, const std::str
     auto check_range = [&](double x) {
       if (x < f.min || x > f.max || std::isnan(x))
         ctx.fail(ctx.where(node), path,
-                 "value " + format_number(x) + " is out of range; use a value in [" + format_number(f.min) + ", "
-                   + format_number(f.max) + "]");
+                 "value " + format_number(x) + " is out of range; use a value in [" + format_number(f.min) + ", " +
+                     format_number(f.max) + "]");
     };
     auto check_choice = [&](const std::string& s, const toml::node* at) {
       if (!f.one_of.empty() && std::find(f.one_of.begin(), f.one_of.end(), s) == f.one_of.end())
@@ -454,8 +581,8 @@ void check_topology(toml::table& root, context& ctx) {
       auto [it, fresh] = names.emplace(*name, t->get("name"));
       if (!fresh)
         ctx.fail(ctx.where(t->get("name")), prefix + "name",
-                 "duplicate node name \"" + *name + "\" (first defined at " + ctx.where(it->second)
-                   + "); give every node a unique name");
+                 "duplicate node name \"" + *name + "\" (first defined at " + ctx.where(it->second) +
+                     "); give every node a unique name");
     }
     auto host = (*t)["host"].value<std::string>();
     auto port = (*t)["port"].value<int64_t>();
@@ -464,8 +591,8 @@ void check_topology(toml::table& root, context& ctx) {
       auto [it, fresh] = endpoints.emplace(endpoint, t->get("port"));
       if (!fresh)
         ctx.fail(ctx.where(t->get("port")), prefix + "port",
-                 "port clash: " + endpoint + " is already used by the node at " + ctx.where(it->second)
-                   + "; give each node on one host its own port");
+                 "port clash: " + endpoint + " is already used by the node at " + ctx.where(it->second) +
+                     "; give each node on one host its own port");
     }
     if (nodes->size() > 1 && port && *port == 0)
       ctx.fail(ctx.where(t->get("port") ? t->get("port") : t), prefix + "port",
@@ -484,15 +611,15 @@ void check_topology(toml::table& root, context& ctx) {
   if (controllers.size() != 1 && ctx.errors.empty()) {
     std::string where = controllers.size() > 1 ? ctx.where(controllers[1]) : ctx.where(nodes);
     ctx.fail(where, "nodes",
-             std::to_string(controllers.size())
-               + " nodes have the role \"controller\"; exactly one node must host the controller");
+             std::to_string(controllers.size()) +
+                 " nodes have the role \"controller\"; exactly one node must host the controller");
   }
   auto heartbeat = root["cluster"]["heartbeat_interval_ms"].value<int64_t>();
   auto timeout = root["cluster"]["connection_timeout_ms"].value<int64_t>();
   if (heartbeat && timeout && *timeout <= *heartbeat)
     ctx.fail(ctx.where(root["cluster"]["connection_timeout_ms"].node()), "cluster.connection_timeout_ms",
-             "must exceed cluster.heartbeat_interval_ms (" + std::to_string(*heartbeat)
-               + "), or every peer is declared lost between two heartbeats");
+             "must exceed cluster.heartbeat_interval_ms (" + std::to_string(*heartbeat) +
+                 "), or every peer is declared lost between two heartbeats");
 }
 
 run_config extract(const toml::table& root, const std::string& source) {
@@ -604,8 +731,8 @@ config_result parse_config(std::string_view text, const std::string& source_name
   } catch (const toml::parse_error& e) {
     auto& b = e.source().begin;
     return {std::nullopt,
-            {source_name + ":" + std::to_string(b.line) + ":" + std::to_string(b.column)
-             + ": TOML syntax error: " + std::string{e.description()}}};
+            {source_name + ":" + std::to_string(b.line) + ":" + std::to_string(b.column) +
+             ": TOML syntax error: " + std::string{e.description()}}};
   }
   return validate(std::move(root), source_name, overrides);
 }
@@ -614,7 +741,8 @@ config_result load_config(const std::string& path, const std::vector<std::string
   std::ifstream in(path, std::ios::binary);
   if (!in)
     return {std::nullopt,
-            {path + ": cannot open the configuration file; pass an existing file with --config (examples are in configs/)"}};
+            {path +
+             ": cannot open the configuration file; pass an existing file with --config (examples are in configs/)"}};
   std::ostringstream text;
   text << in.rdbuf();
   return parse_config(text.str(), path, overrides);
@@ -629,16 +757,16 @@ std::string describe_config_schema() {
       if (f.required())
         os << ", required";
       std::visit(
-        [&](auto& x) {
-          using T = std::decay_t<decltype(x)>;
-          if constexpr (std::is_same_v<T, std::string>)
-            os << ", default \"" << x << "\"";
-          else if constexpr (std::is_same_v<T, bool>)
-            os << ", default " << (x ? "true" : "false");
-          else if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, double>)
-            os << ", default " << x;
-        },
-        f.fallback);
+          [&](auto& x) {
+            using T = std::decay_t<decltype(x)>;
+            if constexpr (std::is_same_v<T, std::string>)
+              os << ", default \"" << x << "\"";
+            else if constexpr (std::is_same_v<T, bool>)
+              os << ", default " << (x ? "true" : "false");
+            else if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, double>)
+              os << ", default " << x;
+          },
+          f.fallback);
       if (std::isfinite(f.min) || std::isfinite(f.max))
         os << ", in [" << format_number(f.min) << ", " << format_number(f.max) << "]";
       if (!f.one_of.empty())

@@ -26,15 +26,15 @@ roles = ["controller"]
   auto node = areal::spawn_node(sys, areal::node_setup{*config.config, config.config->nodes[0], caf::actor{self}});
   int rc = 1;
   self->request(node, std::chrono::seconds(10), areal::stats_atom::value)
-    .receive(
-      [&](areal::packed<areal::node_stats>& reply) {
-        auto stats = areal::unpack(reply);
-        if (stats && stats->node_name == "embedded-node") {
-          std::cout << "consumer: node " << stats->node_name << " answered\n";
-          rc = 0;
-        }
-      },
-      [&](caf::error& err) { std::cerr << "consumer: " << areal::describe(err) << "\n"; });
+      .receive(
+          [&](areal::packed<areal::node_stats>& reply) {
+            auto stats = areal::unpack(reply);
+            if (stats && stats->node_name == "embedded-node") {
+              std::cout << "consumer: node " << stats->node_name << " answered\n";
+              rc = 0;
+            }
+          },
+          [&](caf::error& err) { std::cerr << "consumer: " << areal::describe(err) << "\n"; });
   self->send_exit(node, caf::exit_reason::user_shutdown);
   return rc;
 }

@@ -31,7 +31,8 @@ std::string last_line(const std::string& text) {
   if (end == std::string::npos)
     return "";
   auto start = text.rfind('\n', end);
-  return text.substr(start == std::string::npos ? 0 : start + 1, end + 1 - (start == std::string::npos ? 0 : start + 1));
+  return text.substr(start == std::string::npos ? 0 : start + 1,
+                     end + 1 - (start == std::string::npos ? 0 : start + 1));
 }
 
 std::string hex(std::string_view s) {
@@ -142,7 +143,8 @@ verification verify_code(std::string_view response, const code_task& task, const
     if (cancel && cancel->load())
       return verification{verdict::timeout, 0.0f, "verification cancelled (pool deadline)"};
     if (time_left() <= 0)
-      return verification{verdict::timeout, 0.0f, "total time limit of " + std::to_string(task.total_time_s) + " s exceeded"};
+      return verification{verdict::timeout, 0.0f,
+                          "total time limit of " + std::to_string(task.total_time_s) + " s exceeded"};
     return std::nullopt;
   };
 
@@ -176,12 +178,12 @@ verification verify_code(std::string_view response, const code_task& task, const
       std::string input = nonce + "\n";
       for (auto& a : task.assertions)
         input += hex(a) + "\n";
-      sandbox_request request{{options.python, "-I", "harness.py"}, {{"harness.py", harness}, {"solution.py", *code}},
-                              input, {}};
+      sandbox_request request{
+          {options.python, "-I", "harness.py"}, {{"harness.py", harness}, {"solution.py", *code}}, input, {}};
       // One process runs every assertion: give it the time of that many cases.
       request.limits = options.limits;
-      request.limits.wall_s = std::min(task.case_time_s * static_cast<double>(task.assertions.size()),
-                                       std::max(0.05, time_left()));
+      request.limits.wall_s =
+          std::min(task.case_time_s * static_cast<double>(task.assertions.size()), std::max(0.05, time_left()));
       request.limits.cpu_s = request.limits.wall_s;
       auto result = run_sandboxed(request, options.policy);
       for (auto& n : result.notes)
@@ -197,7 +199,8 @@ verification verify_code(std::string_view response, const code_task& task, const
           continue;
         }
         auto end = result.out.find('\n', pos);
-        auto line = result.out.substr(pos + marker.size(), end == std::string::npos ? std::string::npos : end - pos - marker.size());
+        auto line = result.out.substr(pos + marker.size(),
+                                      end == std::string::npos ? std::string::npos : end - pos - marker.size());
         if (line.rfind("PASS ", 0) == 0)
           ++assertion_passed;
         else if (line.rfind("FAIL ", 0) == 0 && first_failed.empty())

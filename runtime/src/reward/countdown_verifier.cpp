@@ -15,9 +15,9 @@ namespace areal::reward {
 namespace {
 
 class parser {
-public:
+ public:
   parser(std::string_view text, std::vector<long long>* used, const countdown_options& options)
-    : s_(text), used_(used), options_(options) {}
+      : s_(text), used_(used), options_(options) {}
 
   evaluation run() {
     auto v = expression(0);
@@ -29,7 +29,7 @@ public:
     return {v, {}};
   }
 
-private:
+ private:
   std::optional<rational> fail(std::string why) {
     if (error_.empty())
       error_ = std::move(why);
@@ -108,8 +108,8 @@ private:
       return inner;
     }
     if (!std::isdigit(static_cast<unsigned char>(s_[pos_])))
-      return fail("unexpected '" + std::string(1, s_[pos_]) + "' at position " + std::to_string(pos_)
-                  + " (only integers, + - * / and parentheses)");
+      return fail("unexpected '" + std::string(1, s_[pos_]) + "' at position " + std::to_string(pos_) +
+                  " (only integers, + - * / and parentheses)");
     long long value = 0;
     while (pos_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[pos_]))) {
       if (__builtin_mul_overflow(value, 10LL, &value) || __builtin_add_overflow(value, s_[pos_] - '0', &value))
@@ -146,7 +146,8 @@ std::optional<std::string> extract_countdown_expression(std::string_view respons
   auto open = response.rfind("<answer>");
   if (open != std::string_view::npos) {
     auto close = response.find("</answer>", open);
-    found = trim(response.substr(open + 8, close == std::string_view::npos ? std::string_view::npos : close - open - 8));
+    found =
+        trim(response.substr(open + 8, close == std::string_view::npos ? std::string_view::npos : close - open - 8));
   } else if (auto boxed = response.rfind("\\boxed{"); boxed != std::string_view::npos) {
     int depth = 0;
     size_t end = boxed + 6;
@@ -167,7 +168,8 @@ std::optional<std::string> extract_countdown_expression(std::string_view respons
     if (end == std::string_view::npos)
       return std::nullopt;
     auto start = response.rfind('\n', end);
-    found = trim(response.substr(start == std::string_view::npos ? 0 : start + 1, end + 1 - (start == std::string_view::npos ? 0 : start + 1)));
+    found = trim(response.substr(start == std::string_view::npos ? 0 : start + 1,
+                                 end + 1 - (start == std::string_view::npos ? 0 : start + 1)));
   }
   if (auto eq = found.find('='); eq != std::string::npos)
     found = trim(std::string_view{found}.substr(0, eq));
@@ -182,8 +184,12 @@ evaluation evaluate_expression(std::string_view expression, std::vector<long lon
     return {std::nullopt, "expression longer than " + std::to_string(options.max_expression_chars) + " characters"};
   // Multiplication and division signs as models write them.
   std::string text{expression};
-  for (auto [from, to] : {std::pair<std::string_view, std::string_view>{"\\times", "*"}, {"\\cdot", "*"},
-                          {"\\div", "/"}, {"\xc3\x97", "*"}, {"\xc3\xb7", "/"}, {"\xe2\x88\x92", "-"}}) {
+  for (auto [from, to] : {std::pair<std::string_view, std::string_view>{"\\times", "*"},
+                          {"\\cdot", "*"},
+                          {"\\div", "/"},
+                          {"\xc3\x97", "*"},
+                          {"\xc3\xb7", "/"},
+                          {"\xe2\x88\x92", "-"}}) {
     for (size_t pos = text.find(from); pos != std::string::npos; pos = text.find(from, pos))
       text.replace(pos, from.size(), to);
   }
@@ -207,8 +213,9 @@ verification verify_countdown(std::string_view response, const std::vector<long 
       return {verdict::wrong, 0.0f,
               "\"" + *expression + "\" uses " + std::to_string(n) + " more often than given in " + list(numbers)};
   if (options.use_all_numbers && used.size() != numbers.size())
-    return {verdict::wrong, 0.0f, "\"" + *expression + "\" uses " + std::to_string(used.size()) + " of the "
-                                    + std::to_string(numbers.size()) + " numbers; all must be used"};
+    return {verdict::wrong, 0.0f,
+            "\"" + *expression + "\" uses " + std::to_string(used.size()) + " of the " +
+                std::to_string(numbers.size()) + " numbers; all must be used"};
   auto want = rational::integer(target);
   if (!(*result.value == want))
     return {verdict::wrong, 0.0f,

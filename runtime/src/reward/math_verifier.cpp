@@ -195,8 +195,8 @@ std::optional<std::string> extract_math_answer(std::string_view full) {
     size_t start = i;
     if (start > 0 && s[start - 1] == '-')
       --start;
-    while (i < s.size() && (is_number_char(s[i]) || ((s[i] == ',' || s[i] == '.' || s[i] == '/') && i + 1 < s.size()
-                                                     && is_number_char(s[i + 1]))))
+    while (i < s.size() && (is_number_char(s[i]) || ((s[i] == ',' || s[i] == '.' || s[i] == '/') && i + 1 < s.size() &&
+                                                     is_number_char(s[i + 1]))))
       ++i;
     last = std::string{s.substr(start, i - start)};
   }
@@ -257,8 +257,9 @@ verification verify_math(std::string_view response, const std::vector<std::strin
       } else {
         auto a = answer_value->approx();
         auto b = ref_value->approx();
-        equal = std::fabs(static_cast<double>(a - b))
-                <= options.relative_tolerance * std::max(std::fabs(static_cast<double>(a)), std::fabs(static_cast<double>(b)));
+        equal =
+            std::fabs(static_cast<double>(a - b)) <=
+            options.relative_tolerance * std::max(std::fabs(static_cast<double>(a)), std::fabs(static_cast<double>(b)));
       }
     } else {
       equal = !answer.empty() && answer == ref;

@@ -46,8 +46,8 @@ std::optional<rational> rational::make(wide_int n, wide_int d) {
 
 std::optional<rational> rational::add(const rational& o) const {
   wide_int a, b, d, n;
-  if (mul_overflows(num_, o.den_, &a) || mul_overflows(o.num_, den_, &b) || mul_overflows(den_, o.den_, &d)
-      || __builtin_add_overflow(a, b, &n))
+  if (mul_overflows(num_, o.den_, &a) || mul_overflows(o.num_, den_, &b) || mul_overflows(den_, o.den_, &d) ||
+      __builtin_add_overflow(a, b, &n))
     return std::nullopt;
   return make(n, d);
 }
@@ -134,8 +134,8 @@ std::optional<rational> parse_rational(std::string_view s, bool* is_decimal) {
     char c = s[i];
     if (std::isdigit(static_cast<unsigned char>(c))) {
       digits = true;
-      if (__builtin_mul_overflow(mantissa, static_cast<wide_int>(10), &mantissa)
-          || __builtin_add_overflow(mantissa, static_cast<wide_int>(c - '0'), &mantissa))
+      if (__builtin_mul_overflow(mantissa, static_cast<wide_int>(10), &mantissa) ||
+          __builtin_add_overflow(mantissa, static_cast<wide_int>(c - '0'), &mantissa))
         return std::nullopt;
       if (point)
         ++scale;

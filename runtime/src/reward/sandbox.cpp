@@ -28,27 +28,34 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <climits>
 #include <linux/limits.h>
 #include <algorithm>
 #include <cerrno>
-#include <initializer_list>
 #include <chrono>
+#include <climits>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 
 namespace areal::reward {
 
 const char* to_string(sandbox_outcome x) {
   switch (x) {
-    case sandbox_outcome::exited: return "exited";
-    case sandbox_outcome::signaled: return "signaled";
-    case sandbox_outcome::wall_timeout: return "wall_timeout";
-    case sandbox_outcome::cpu_timeout: return "cpu_timeout";
-    case sandbox_outcome::output_limit: return "output_limit";
-    case sandbox_outcome::blocked_syscall: return "blocked_syscall";
-    case sandbox_outcome::start_failed: return "start_failed";
+    case sandbox_outcome::exited:
+      return "exited";
+    case sandbox_outcome::signaled:
+      return "signaled";
+    case sandbox_outcome::wall_timeout:
+      return "wall_timeout";
+    case sandbox_outcome::cpu_timeout:
+      return "cpu_timeout";
+    case sandbox_outcome::output_limit:
+      return "output_limit";
+    case sandbox_outcome::blocked_syscall:
+      return "blocked_syscall";
+    case sandbox_outcome::start_failed:
+      return "start_failed";
   }
   return "unknown";
 }
@@ -101,12 +108,14 @@ int install_seccomp(pid_t self) {
   rc |= seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(tgkill), 1,
                          SCMP_A0(SCMP_CMP_NE, static_cast<scmp_datum_t>(self)));
   rc |= seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(tkill), 0);
-  for (int call : {SCMP_SYS(ptrace), SCMP_SYS(process_vm_readv), SCMP_SYS(process_vm_writev), SCMP_SYS(mount),
-                   SCMP_SYS(umount2), SCMP_SYS(pivot_root), SCMP_SYS(chroot), SCMP_SYS(unshare), SCMP_SYS(setns),
-                   SCMP_SYS(reboot), SCMP_SYS(kexec_load), SCMP_SYS(init_module), SCMP_SYS(finit_module),
-                   SCMP_SYS(delete_module), SCMP_SYS(bpf), SCMP_SYS(perf_event_open), SCMP_SYS(keyctl),
-                   SCMP_SYS(add_key), SCMP_SYS(request_key), SCMP_SYS(userfaultfd), SCMP_SYS(io_uring_setup),
-                   SCMP_SYS(setsid), SCMP_SYS(setpgid)})
+  for (int call : {SCMP_SYS(ptrace),          SCMP_SYS(process_vm_readv), SCMP_SYS(process_vm_writev),
+                   SCMP_SYS(mount),           SCMP_SYS(umount2),          SCMP_SYS(pivot_root),
+                   SCMP_SYS(chroot),          SCMP_SYS(unshare),          SCMP_SYS(setns),
+                   SCMP_SYS(reboot),          SCMP_SYS(kexec_load),       SCMP_SYS(init_module),
+                   SCMP_SYS(finit_module),    SCMP_SYS(delete_module),    SCMP_SYS(bpf),
+                   SCMP_SYS(perf_event_open), SCMP_SYS(keyctl),           SCMP_SYS(add_key),
+                   SCMP_SYS(request_key),     SCMP_SYS(userfaultfd),      SCMP_SYS(io_uring_setup),
+                   SCMP_SYS(setsid),          SCMP_SYS(setpgid)})
     rc |= seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), call, 0);
   if (rc == 0)
     rc = seccomp_load(ctx);
@@ -172,8 +181,13 @@ void close_except(std::initializer_list<int> keep, int limit = 1024) {
     argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   std::string home = std::string{"HOME="} + cwd;
-  const char* env[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1",
-                       "PYTHONHASHSEED=0", "PYTHONIOENCODING=utf-8", home.c_str(), nullptr};
+  const char* env[] = {"PATH=/usr/local/bin:/usr/bin:/bin",
+                       "LANG=C.UTF-8",
+                       "PYTHONDONTWRITEBYTECODE=1",
+                       "PYTHONHASHSEED=0",
+                       "PYTHONIOENCODING=utf-8",
+                       home.c_str(),
+                       nullptr};
   execve(argv[0], argv.data(), const_cast<char* const*>(env));
   send_record(status_fd, exec_failed_record, errno, 0, "execve");
   _exit(127);
@@ -195,8 +209,8 @@ void close_except(std::initializer_list<int> keep, int limit = 1024) {
   rusage usage{};
   while (wait4(program, &status, 0, &usage) < 0 && errno == EINTR) {
   }
-  long cpu = (usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1000000L + usage.ru_utime.tv_usec
-             + usage.ru_stime.tv_usec;
+  long cpu =
+      (usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1000000L + usage.ru_utime.tv_usec + usage.ru_stime.tv_usec;
   send_record(plan.status_write, status_record, status, cpu, nullptr);
   _exit(0);  // the kernel now kills whatever the program left in the namespace
 }
@@ -257,10 +271,12 @@ void write_file(const std::filesystem::path& path, const std::string& content) {
 void remove_tree(const std::filesystem::path& dir) {
   std::error_code ec;
   // The program may have removed its own permissions; restore them first.
-  for (auto it = std::filesystem::recursive_directory_iterator(dir, std::filesystem::directory_options::skip_permission_denied, ec);
+  for (auto it = std::filesystem::recursive_directory_iterator(
+           dir, std::filesystem::directory_options::skip_permission_denied, ec);
        !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec))
     if (it->is_directory(ec))
-      std::filesystem::permissions(it->path(), std::filesystem::perms::owner_all, std::filesystem::perm_options::add, ec);
+      std::filesystem::permissions(it->path(), std::filesystem::perms::owner_all, std::filesystem::perm_options::add,
+                                   ec);
   std::filesystem::remove_all(dir, ec);
 }
 
@@ -290,7 +306,8 @@ sandbox_result run_sandboxed(const sandbox_request& request, const sandbox_polic
     result.notes.push_back("privileges not dropped: not running as root");
   }
 
-  auto root = policy.work_root.empty() ? std::filesystem::temp_directory_path() : std::filesystem::path{policy.work_root};
+  auto root =
+      policy.work_root.empty() ? std::filesystem::temp_directory_path() : std::filesystem::path{policy.work_root};
   std::string pattern = (root / "areal-sandbox-XXXXXX").string();
   if (!mkdtemp(pattern.data()))
     return fail("cannot create a work directory under " + root.string() + ": " + std::strerror(errno));
@@ -310,8 +327,8 @@ sandbox_result run_sandboxed(const sandbox_request& request, const sandbox_polic
   }
 
   int in_pipe[2], out_pipe[2], err_pipe[2], status_pipe[2];
-  if (pipe2(in_pipe, O_CLOEXEC) != 0 || pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0
-      || pipe2(status_pipe, O_CLOEXEC) != 0)
+  if (pipe2(in_pipe, O_CLOEXEC) != 0 || pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0 ||
+      pipe2(status_pipe, O_CLOEXEC) != 0)
     return remove_tree(plan.work_dir), fail(std::string{"pipe: "} + std::strerror(errno));
   plan.stdin_read = in_pipe[0];
   plan.stdout_write = out_pipe[1];
@@ -348,7 +365,7 @@ sandbox_result run_sandboxed(const sandbox_request& request, const sandbox_polic
   std::string status_bytes;
   bool killed_for_time = false, killed_for_output = false;
   auto deadline = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                            std::chrono::duration<double>(request.limits.wall_s));
+                              std::chrono::duration<double>(request.limits.wall_s));
   auto kill_all = [&] { kill(-supervisor, SIGKILL); };
   while (out_fd >= 0 || err_fd >= 0 || status_fd >= 0) {
     pollfd fds[4];
@@ -364,7 +381,8 @@ sandbox_result run_sandboxed(const sandbox_request& request, const sandbox_polic
       kill_all();
     }
     auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count();
-    int r = poll(fds, static_cast<nfds_t>(n), static_cast<int>(std::max<long long>(10, std::min<long long>(wait_ms, 200))));
+    int r =
+        poll(fds, static_cast<nfds_t>(n), static_cast<int>(std::max<long long>(10, std::min<long long>(wait_ms, 200))));
     if (r < 0 && errno != EINTR)
       break;
     for (int i = 0; i < n; ++i) {
@@ -396,7 +414,8 @@ sandbox_result run_sandboxed(const sandbox_request& request, const sandbox_polic
         continue;
       }
       auto& sink = fd == out_fd ? result.out : result.err;
-      auto room = request.limits.output_bytes - std::min(request.limits.output_bytes, result.out.size() + result.err.size());
+      auto room =
+          request.limits.output_bytes - std::min(request.limits.output_bytes, result.out.size() + result.err.size());
       sink.append(buf, std::min(room, static_cast<size_t>(got)));
       if (static_cast<size_t>(got) > room && !killed_for_output && !killed_for_time) {
         killed_for_output = true;
@@ -447,9 +466,9 @@ sandbox_result run_sandboxed(const sandbox_request& request, const sandbox_polic
     result.signal = WTERMSIG(program_status);
     result.outcome = result.signal == SIGSYS ? sandbox_outcome::blocked_syscall
                      : (result.signal == SIGXCPU || (result.signal == SIGKILL && result.cpu_s >= request.limits.cpu_s))
-                       ? sandbox_outcome::cpu_timeout
-                       : result.signal == SIGXFSZ ? sandbox_outcome::output_limit
-                                                  : sandbox_outcome::signaled;
+                         ? sandbox_outcome::cpu_timeout
+                     : result.signal == SIGXFSZ ? sandbox_outcome::output_limit
+                                                : sandbox_outcome::signaled;
   }
   return result;
 }

@@ -12,7 +12,7 @@ namespace areal::tasks {
 namespace {
 
 class running_sum_source : public task_source {
-public:
+ public:
   explicit running_sum_source(running_sum_options o) : options_(o) { restore(0); }
 
   std::optional<task_item> next() override {
@@ -45,14 +45,14 @@ public:
       next();
   }
 
-private:
+ private:
   running_sum_options options_;
   std::mt19937_64 rng_;
   uint64_t position_ = 0;
 };
 
 class jsonl_file_source : public task_source {
-public:
+ public:
   explicit jsonl_file_source(std::vector<task_item> items) : items_(std::move(items)) {}
   std::optional<task_item> next() override {
     if (position_ >= items_.size())
@@ -62,7 +62,7 @@ public:
   uint64_t position() const override { return position_; }
   void restore(uint64_t position) override { position_ = std::min<uint64_t>(position, items_.size()); }
 
-private:
+ private:
   std::vector<task_item> items_;
   uint64_t position_ = 0;
 };

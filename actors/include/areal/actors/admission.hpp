@@ -22,7 +22,7 @@ namespace areal {
 /// Equivalently the i-th trajectory ever admitted satisfies floor((i-1)/B) <= v + eta.
 /// eta = 0 is synchronous: a batch's samples all come from the newest weights.
 class staleness_gate {
-public:
+ public:
   staleness_gate(int64_t batch_size, int64_t eta, int64_t max_concurrent);
 
   /// How many more requests may start now (0 or more).
@@ -45,7 +45,7 @@ public:
   int64_t batch_size() const { return batch_size_; }
   int64_t eta() const { return eta_; }
 
-private:
+ private:
   int64_t batch_size_, eta_, max_concurrent_;
   int64_t version_ = 0, accepted_ = 0, running_ = 0, admitted_total_ = 0;
 };
@@ -54,7 +54,7 @@ private:
 /// enters a batch only when all its samples arrived. Groups with a dropped
 /// sample are dropped whole, with the reason kept.
 class group_buffer {
-public:
+ public:
   explicit group_buffer(int64_t group_size);
 
   void add(trajectory t);
@@ -69,7 +69,7 @@ public:
   /// Trajectories dropped with their group, by reason.
   const std::map<std::string, int64_t>& dropped() const { return dropped_; }
 
-private:
+ private:
   struct partial_group {
     std::vector<trajectory> members;
     int64_t missing_dropped = 0;

@@ -8,8 +8,8 @@
 #include <string>
 
 #include <caf/atom.hpp>
-#include <caf/meta/type_name.hpp>
 #include <caf/io/middleman_actor.hpp>
+#include <caf/meta/type_name.hpp>
 #include <caf/replies_to.hpp>
 #include <caf/type_id.hpp>
 #include <caf/typed_actor.hpp>
@@ -30,53 +30,53 @@ using done_atom = caf::atom_constant<caf::atom("done")>;
 /// The NODE actor interface: one per process, published on the node's port;
 /// the endpoint through which nodes meet.
 using node_actor = caf::typed_actor<
-  // Handshake: a peer introduces itself; the reply is this node's own hello. A
-  // peer of another protocol or schema version, another cluster, or a name not
-  // in the topology is refused with a node_errc error that says why.
-  caf::replies_to<packed<node_hello>>::with<packed<node_hello>>,
-  // A trajectory for this node. The reply is the checksum of the bytes that
-  // arrived, so that the sender can verify the transfer.
-  caf::replies_to<packed<trajectory>>::with<uint64_t>,
-  // This node's counters.
-  caf::replies_to<stats_atom>::with<packed<node_stats>>,
-  // The controller ends the run (the text says why); the node acknowledges and stops.
-  caf::replies_to<run_end_atom, std::string>::with<bool>,
-  // Stop this node (SIGINT/SIGTERM, or an embedding application); the text says why.
-  caf::reacts_to<shutdown_atom, std::string>,
-  // Timer of the connection phase, sent by a node to itself: a node retrying to
-  // reach the controller tries again; on the controller it is the deadline by
-  // which every node of the topology must have joined.
-  caf::reacts_to<caf::connect_atom>>;
+    // Handshake: a peer introduces itself; the reply is this node's own hello. A
+    // peer of another protocol or schema version, another cluster, or a name not
+    // in the topology is refused with a node_errc error that says why.
+    caf::replies_to<packed<node_hello>>::with<packed<node_hello>>,
+    // A trajectory for this node. The reply is the checksum of the bytes that
+    // arrived, so that the sender can verify the transfer.
+    caf::replies_to<packed<trajectory>>::with<uint64_t>,
+    // This node's counters.
+    caf::replies_to<stats_atom>::with<packed<node_stats>>,
+    // The controller ends the run (the text says why); the node acknowledges and stops.
+    caf::replies_to<run_end_atom, std::string>::with<bool>,
+    // Stop this node (SIGINT/SIGTERM, or an embedding application); the text says why.
+    caf::reacts_to<shutdown_atom, std::string>,
+    // Timer of the connection phase, sent by a node to itself: a node retrying to
+    // reach the controller tries again; on the controller it is the deadline by
+    // which every node of the topology must have joined.
+    caf::reacts_to<caf::connect_atom>>;
 
 /// Counters of the reward pool.
 struct reward_pool_stats {
-  uint64_t scored = 0;     // replies sent with a verdict (any verdict)
-  uint64_t refused = 0;    // requests refused because the queue was full
-  uint64_t timeouts = 0;   // verifications stopped at the pool's deadline
-  uint64_t errors = 0;     // verifiers that threw, or unreadable requests
-  uint64_t queued = 0;     // waiting for a worker now
-  uint64_t busy = 0;       // workers verifying now
+  uint64_t scored = 0;    // replies sent with a verdict (any verdict)
+  uint64_t refused = 0;   // requests refused because the queue was full
+  uint64_t timeouts = 0;  // verifications stopped at the pool's deadline
+  uint64_t errors = 0;    // verifiers that threw, or unreadable requests
+  uint64_t queued = 0;    // waiting for a worker now
+  uint64_t busy = 0;      // workers verifying now
   uint64_t workers = 0;
-  uint64_t replaced = 0;   // workers retired after a deadline and replaced
+  uint64_t replaced = 0;  // workers retired after a deadline and replaced
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, reward_pool_stats& x) {
-  return f(caf::meta::type_name("areal.reward_pool_stats"), x.scored, x.refused, x.timeouts, x.errors, x.queued,
-           x.busy, x.workers, x.replaced);
+  return f(caf::meta::type_name("areal.reward_pool_stats"), x.scored, x.refused, x.timeouts, x.errors, x.queued, x.busy,
+           x.workers, x.replaced);
 }
 
 /// The REWARD POOL interface: scores finished trajectories on CPU workers, in
 /// parallel with generation; every accepted request gets exactly one reply.
 using reward_pool_actor = caf::typed_actor<
-  // (trajectory, its response text, the task) -> the trajectory with reward,
-  // verdict, detail and scoring timestamps set. A verifier that throws or runs
-  // past the pool's deadline gives reward 0 with verdict error or timeout. When
-  // the queue is full the request is refused with reward_errc::queue_full and
-  // the caller keeps the trajectory: that is the back-pressure.
-  caf::replies_to<packed<trajectory>, std::string, packed<reward_task>>::with<packed<trajectory>>,
-  // The pool's counters.
-  caf::replies_to<stats_atom>::with<reward_pool_stats>>;
+    // (trajectory, its response text, the task) -> the trajectory with reward,
+    // verdict, detail and scoring timestamps set. A verifier that throws or runs
+    // past the pool's deadline gives reward 0 with verdict error or timeout. When
+    // the queue is full the request is refused with reward_errc::queue_full and
+    // the caller keeps the trajectory: that is the back-pressure.
+    caf::replies_to<packed<trajectory>, std::string, packed<reward_task>>::with<packed<trajectory>>,
+    // The pool's counters.
+    caf::replies_to<stats_atom>::with<reward_pool_stats>>;
 
 /// Errors of the reward pool.
 enum class reward_errc : uint8_t {
@@ -104,11 +104,11 @@ CAF_ERROR_CODE_ENUM(areal::node_errc, "node")
 CAF_ERROR_CODE_ENUM(areal::reward_errc, "reward")
 
 CAF_BEGIN_TYPE_ID_BLOCK(areal, caf::first_custom_type_id)
-  CAF_ADD_TYPE_ID(areal, (areal::packed<areal::generation_request>))
-  CAF_ADD_TYPE_ID(areal, (areal::packed<areal::trajectory>))
-  CAF_ADD_TYPE_ID(areal, (areal::packed<areal::weight_manifest>))
-  CAF_ADD_TYPE_ID(areal, (areal::packed<areal::node_hello>))
-  CAF_ADD_TYPE_ID(areal, (areal::packed<areal::node_stats>))
-  CAF_ADD_TYPE_ID(areal, (areal::packed<areal::reward_task>))
-  CAF_ADD_TYPE_ID(areal, (areal::reward_pool_stats))
+CAF_ADD_TYPE_ID(areal, (areal::packed<areal::generation_request>))
+CAF_ADD_TYPE_ID(areal, (areal::packed<areal::trajectory>))
+CAF_ADD_TYPE_ID(areal, (areal::packed<areal::weight_manifest>))
+CAF_ADD_TYPE_ID(areal, (areal::packed<areal::node_hello>))
+CAF_ADD_TYPE_ID(areal, (areal::packed<areal::node_stats>))
+CAF_ADD_TYPE_ID(areal, (areal::packed<areal::reward_task>))
+CAF_ADD_TYPE_ID(areal, (areal::reward_pool_stats))
 CAF_END_TYPE_ID_BLOCK(areal)

@@ -25,7 +25,7 @@ struct reward_pool_config {
   /// The verifier; the default is reward::score_response. Tests put in others.
   std::function<reward::verification(const std::string& response, const reward_task& task,
                                      const std::atomic<bool>& cancel)>
-    scorer;
+      scorer;
 };
 
 /// The pool configuration of a run's [reward] section.

@@ -16,9 +16,9 @@ enum class advantage_estimator {
 advantage_estimator parse_estimator(const std::string& name);
 
 struct reward_shaping {
-  double bias = 0.0;    // r' = clip((r + bias) * scale)
+  double bias = 0.0;  // r' = clip((r + bias) * scale)
   double scale = 1.0;
-  double clip = 0.0;    // |r'| <= clip; 0: no clip
+  double clip = 0.0;  // |r'| <= clip; 0: no clip
   // Overlong penalty: responses longer than max_length - buffer lose up to
   // `factor` linearly, reaching it at max_length. 0 buffer: off.
   int64_t overlong_max_length = 0;

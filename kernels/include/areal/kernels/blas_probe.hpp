@@ -9,9 +9,9 @@
 namespace areal::kernels {
 
 struct blas_facts {
-  std::string library;     // file of the BLAS mapped into this process, e.g. libopenblasp-r0.3.21.so
-  bool reference_blas;     // true when the slow reference BLAS is live (libopenblas0 missing)
-  int intra_op_threads;    // at::get_num_threads()
+  std::string library;   // file of the BLAS mapped into this process, e.g. libopenblasp-r0.3.21.so
+  bool reference_blas;   // true when the slow reference BLAS is live (libopenblas0 missing)
+  int intra_op_threads;  // at::get_num_threads()
   std::string torch_version;
 };
 

@@ -29,9 +29,9 @@
 namespace areal::kernels {
 
 struct engine_config {
-  int64_t slots = 64;            // sequences decoded together
-  int64_t max_seq_len = 1024;    // prompt + generated tokens of one sequence
-  int64_t prefill_chunk = 256;   // prompt tokens prefilled per step, over all sequences
+  int64_t slots = 64;           // sequences decoded together
+  int64_t max_seq_len = 1024;   // prompt + generated tokens of one sequence
+  int64_t prefill_chunk = 256;  // prompt tokens prefilled per step, over all sequences
   bool interrupt_on_update = true;
 };
 
@@ -46,8 +46,8 @@ struct generation_output {
   uint64_t id = 0;
   std::vector<int32_t> prompt;
   std::vector<int32_t> tokens;
-  std::vector<float> logprobs;   // log_softmax(logits / temperature)[token], as the trainer computes it
-  std::vector<int64_t> versions; // policy version that sampled each token
+  std::vector<float> logprobs;    // log_softmax(logits / temperature)[token], as the trainer computes it
+  std::vector<int64_t> versions;  // policy version that sampled each token
   finish_reason finish = finish_reason::unfinished;
 };
 
@@ -61,15 +61,15 @@ sampled_token sample_token(const at::Tensor& logits, const sampling_params& para
 
 struct engine_counters {
   uint64_t steps = 0;
-  uint64_t decode_tokens = 0;      // tokens sampled
-  uint64_t prefill_tokens = 0;     // prompt tokens processed the first time
-  uint64_t reprefill_tokens = 0;   // tokens processed again after an interruption
+  uint64_t decode_tokens = 0;     // tokens sampled
+  uint64_t prefill_tokens = 0;    // prompt tokens processed the first time
+  uint64_t reprefill_tokens = 0;  // tokens processed again after an interruption
   uint64_t interruptions = 0;
   double forward_seconds = 0;
 };
 
 class generation_engine {
-public:
+ public:
   generation_engine(policy_model& model, engine_config config, int64_t version = 0);
 
   /// Queues a request. Throws std::invalid_argument when it cannot fit
@@ -95,7 +95,7 @@ public:
   /// The KV cache (slot i holds running sequence i), for tests and diagnostics.
   const kv_cache& cache() const { return cache_; }
 
-private:
+ private:
   struct sequence {
     generation_job job;
     generation_output out;

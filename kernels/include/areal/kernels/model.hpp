@@ -50,7 +50,7 @@ struct step_input {
 };
 
 class policy_model {
-public:
+ public:
   explicit policy_model(model_config config, at::TensorOptions options = at::TensorOptions().dtype(at::kFloat));
 
   const model_config& config() const { return config_; }
@@ -87,12 +87,13 @@ public:
   /// Gradients of all parameters, laid out as flat() (undefined unless trainable).
   at::Tensor& flat_grad() { return flat_grad_; }
 
-private:
+ private:
   struct rotary {
     at::Tensor cos, sin;  // [T, 1, head_dim]
   };
   struct layer_views {
-    at::Tensor input_norm, qkv_w, qkv_b, o_w, post_norm, gate_up_w, down_w;  // qkv and gate_up: adjacent parameters as one
+    at::Tensor input_norm, qkv_w, qkv_b, o_w, post_norm, gate_up_w,
+        down_w;  // qkv and gate_up: adjacent parameters as one
   };
   int64_t offset_of(const std::string& name) const;
   std::tuple<at::Tensor, at::Tensor, at::Tensor> project_qkv(const layer_views& layer, const at::Tensor& h,

@@ -17,8 +17,8 @@
 namespace areal::kernels {
 
 struct ppo_config {
-  double clip_low = 0.2;    // eps
-  double clip_high = 0.2;   // eps_high
+  double clip_low = 0.2;   // eps
+  double clip_high = 0.2;  // eps_high
   double behaviour_cap = 5.0;
   bool cap_clamps = false;  // false: tokens with w above the cap are masked; true: w is clamped to the cap
   double dual_clip = 0.0;   // c > 1 enables the dual clip; 0: off

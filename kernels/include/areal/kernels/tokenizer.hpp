@@ -24,7 +24,7 @@
 namespace areal::kernels {
 
 class tokenizer {
-public:
+ public:
   /// Loads tokenizer.json; format_error names the file and what is wrong.
   static tokenizer load(const std::string& path);
   static tokenizer from_json(const std::string& json_text, const std::string& source);
@@ -47,7 +47,7 @@ public:
   tokenizer& operator=(tokenizer&&) noexcept;
   ~tokenizer();
 
-private:
+ private:
   tokenizer();
   struct regex;  // compiled PCRE2 pattern
   void finish_setup(const std::string& source);

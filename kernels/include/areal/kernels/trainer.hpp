@@ -44,13 +44,13 @@ struct trainer_config {
   ppo_config ppo;
   int64_t ppo_minibatches = 1;
   int64_t max_tokens_per_mb = 4096;
-  bool packed = true;                // false: fixed-size padded micro-batches (the ablation)
-  int64_t padded_mb_sequences = 8;   // sequences per padded micro-batch
-  double temperature = 1.0;          // as used when sampling
+  bool packed = true;               // false: fixed-size padded micro-batches (the ablation)
+  int64_t padded_mb_sequences = 8;  // sequences per padded micro-batch
+  double temperature = 1.0;         // as used when sampling
   int64_t logprob_chunk_elements = int64_t{1} << 26;
-  double kl_coef = 0.0;              // weight of KL(pi_theta || pi_ref) when reference log-probs are given
+  double kl_coef = 0.0;  // weight of KL(pi_theta || pi_ref) when reference log-probs are given
   kl_estimator kl = kl_estimator::k3;
-  uint64_t seed = 1;                 // minibatch shuffling
+  uint64_t seed = 1;  // minibatch shuffling
 };
 
 struct rl_sample {
@@ -71,9 +71,9 @@ struct step_stats {
   double grad_norm = 0;
   double kl = 0;
   double lr = 0;
-  bool skipped = false;          // non-finite loss or gradient: no update
-  int64_t tokens = 0;            // trained (response) tokens
-  int64_t computed_tokens = 0;   // tokens run through the model, padding included
+  bool skipped = false;         // non-finite loss or gradient: no update
+  int64_t tokens = 0;           // trained (response) tokens
+  int64_t computed_tokens = 0;  // tokens run through the model, padding included
   int64_t micro_batches = 0;
   int64_t optimizer_steps = 0;
   ppo_token_stats ppo;
@@ -86,7 +86,7 @@ struct training_error : std::runtime_error {
 };
 
 class trainer {
-public:
+ public:
   trainer(policy_model& model, trainer_config config);
 
   /// Log-probabilities of each sample's response tokens under the current parameters.
@@ -114,7 +114,7 @@ public:
   double learning_rate() const;
   const trainer_config& config() const { return config_; }
 
-private:
+ private:
   struct sequence_ref {
     const std::vector<int32_t>* prompt;
     const std::vector<int32_t>* response;
@@ -122,7 +122,8 @@ private:
   // Response-token log-probs of one micro-batch (differentiable when grad is on).
   at::Tensor micro_batch_logprobs(const std::vector<sequence_ref>& seqs, const std::vector<size_t>& members,
                                   int64_t* computed_tokens);
-  std::vector<std::vector<size_t>> plan(const std::vector<sequence_ref>& seqs, const std::vector<size_t>& members) const;
+  std::vector<std::vector<size_t>> plan(const std::vector<sequence_ref>& seqs,
+                                        const std::vector<size_t>& members) const;
   void check_batch(const std::vector<rl_sample>& batch) const;
   // Accumulates the gradient of the members' token-mean loss; returns that loss.
   double accumulate(const std::vector<rl_sample>& batch, const std::vector<std::vector<float>>& prox,

@@ -41,12 +41,30 @@ caf::expected<Record> unpack(const packed<Record>& x) {
 
 template <class Record>
 const char* packed_type_name();
-template <> inline const char* packed_type_name<generation_request>() { return "areal.generation_request"; }
-template <> inline const char* packed_type_name<trajectory>() { return "areal.trajectory"; }
-template <> inline const char* packed_type_name<weight_manifest>() { return "areal.weight_manifest"; }
-template <> inline const char* packed_type_name<reward_task>() { return "areal.reward_task"; }
-template <> inline const char* packed_type_name<node_hello>() { return "areal.node_hello"; }
-template <> inline const char* packed_type_name<node_stats>() { return "areal.node_stats"; }
+template <>
+inline const char* packed_type_name<generation_request>() {
+  return "areal.generation_request";
+}
+template <>
+inline const char* packed_type_name<trajectory>() {
+  return "areal.trajectory";
+}
+template <>
+inline const char* packed_type_name<weight_manifest>() {
+  return "areal.weight_manifest";
+}
+template <>
+inline const char* packed_type_name<reward_task>() {
+  return "areal.reward_task";
+}
+template <>
+inline const char* packed_type_name<node_hello>() {
+  return "areal.node_hello";
+}
+template <>
+inline const char* packed_type_name<node_stats>() {
+  return "areal.node_stats";
+}
 
 template <class Inspector, class Record>
 typename Inspector::result_type inspect(Inspector& f, packed<Record>& x) {

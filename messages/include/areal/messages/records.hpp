@@ -13,8 +13,8 @@ inline constexpr uint32_t schema_version = 1;
 
 struct sampling_params {
   float temperature = 1.0f;
-  uint32_t top_k = 0;    // 0: off
-  float top_p = 1.0f;    // 1: off
+  uint32_t top_k = 0;  // 0: off
+  float top_p = 1.0f;  // 1: off
   bool greedy = false;
   uint32_t max_new_tokens = 256;
   std::vector<int32_t> stop_tokens;
@@ -98,11 +98,11 @@ struct io_case_record {
 /// A task a response is scored against (messages/reward.capnp).
 struct reward_task {
   task_kind kind = task_kind::math;
-  std::vector<std::string> references;  // math
-  std::vector<int64_t> numbers;         // countdown
-  int64_t target = 0;                   // countdown
+  std::vector<std::string> references;   // math
+  std::vector<int64_t> numbers;          // countdown
+  int64_t target = 0;                    // countdown
   std::vector<io_case_record> io_cases;  // code
-  std::vector<std::string> assertions;  // code
+  std::vector<std::string> assertions;   // code
   float case_time_s = 5.0f;
   float total_time_s = 20.0f;
   bool partial_credit = false;

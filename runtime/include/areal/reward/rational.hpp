@@ -14,7 +14,7 @@ __extension__ typedef __int128 wide_int;
 __extension__ typedef unsigned __int128 wide_uint;
 
 class rational {
-public:
+ public:
   rational() = default;
   static std::optional<rational> make(wide_int numerator, wide_int denominator);  // nullopt: zero denominator
   static rational integer(long long x) { return *make(x, 1); }
@@ -34,7 +34,7 @@ public:
   bool operator==(const rational& o) const { return num_ == o.num_ && den_ == o.den_; }
   std::string to_string() const;
 
-private:
+ private:
   wide_int num_ = 0;
   wide_int den_ = 1;
 };

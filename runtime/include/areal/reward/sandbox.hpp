@@ -26,7 +26,7 @@ struct sandbox_limits {
   uint64_t file_bytes = uint64_t{16} << 20;   // largest file the program may write
   uint64_t processes = 16;                    // RLIMIT_NPROC of the sandbox user
   uint64_t open_files = 64;
-  size_t output_bytes = size_t{1} << 20;      // stdout + stderr kept; more ends the run
+  size_t output_bytes = size_t{1} << 20;  // stdout + stderr kept; more ends the run
 };
 
 struct sandbox_policy {
@@ -34,11 +34,11 @@ struct sandbox_policy {
   bool drop_privileges = true;  // to `user` when running as root
   bool seccomp = true;
   std::string user = "nobody";
-  std::string work_root;        // parent of work directories; empty: the system temp directory
+  std::string work_root;  // parent of work directories; empty: the system temp directory
 };
 
 struct sandbox_request {
-  std::vector<std::string> argv;                            // argv[0]: absolute path of the program
+  std::vector<std::string> argv;                           // argv[0]: absolute path of the program
   std::vector<std::pair<std::string, std::string>> files;  // name -> content, written to the work directory
   std::string stdin_data;
   sandbox_limits limits;

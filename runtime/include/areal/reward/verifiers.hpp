@@ -49,9 +49,9 @@ verification verify_math(std::string_view response, const std::vector<std::strin
 std::optional<std::string> extract_countdown_expression(std::string_view response);
 
 struct countdown_options {
-  bool use_all_numbers = false;    // true: every given number must be used
+  bool use_all_numbers = false;  // true: every given number must be used
   size_t max_expression_chars = 256;
-  int max_depth = 32;              // parenthesis nesting
+  int max_depth = 32;  // parenthesis nesting
 };
 
 /// Evaluates an expression of integers, + - * / and parentheses with exact

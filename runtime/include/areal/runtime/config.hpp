@@ -30,8 +30,8 @@ struct node_spec {
 };
 
 struct cluster_spec {
-  std::string app_id;              // peers with another app id are refused by CAF's middleman
-  double connect_timeout_s = 30;   // how long a node retries reaching the controller node
+  std::string app_id;             // peers with another app id are refused by CAF's middleman
+  double connect_timeout_s = 30;  // how long a node retries reaching the controller node
   uint32_t heartbeat_interval_ms = 500;
   uint32_t connection_timeout_ms = 3000;  // a silent peer is declared lost after this
 };

@@ -24,7 +24,7 @@ struct task_item {
 };
 
 class task_source {
-public:
+ public:
   virtual ~task_source() = default;
   /// The next item, or nothing when the source is exhausted (generators never are).
   virtual std::optional<task_item> next() = 0;
