@@ -5,8 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
+#include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/atom.hpp>
 #include <caf/io/middleman_actor.hpp>
 #include <caf/meta/type_name.hpp>
@@ -15,6 +17,10 @@
 #include <caf/typed_actor.hpp>
 
 #include "areal/messages/packed.hpp"
+
+namespace at {
+class Tensor;
+}  // namespace at
 
 namespace areal {
 
@@ -47,6 +53,31 @@ using node_actor = caf::typed_actor<
     // reach the controller tries again; on the controller it is the deadline by
     // which every node of the topology must have joined.
     caf::reacts_to<caf::connect_atom>>;
+
+using step_atom = caf::atom_constant<caf::atom("step")>;
+
+/// New policy weights inside one process: the trainer's flat parameter buffer
+/// (the model's layout) shared by pointer, not copied through the message
+/// system. Local only: across nodes, weights travel as a weight_manifest plus
+/// a bulk transfer.
+struct local_weights {
+  int64_t version = 0;
+  std::shared_ptr<const at::Tensor> flat;
+};
+
+/// The ROLLOUT WORKER interface: a generation engine on its own thread that
+/// never waits for the trainer.
+using rollout_actor = caf::typed_actor<
+    // Generate one sample. The reply is the trajectory (prompt and output tokens,
+    // behaviour log-probabilities, the policy version of each token, finish
+    // reason) and the output decoded to text, for the reward service.
+    caf::replies_to<packed<generation_request>>::with<packed<trajectory>, std::string>,
+    // New weights: applied at the next step boundary, interrupting in-flight
+    // sequences (their caches are recomputed with the new weights).
+    caf::reacts_to<local_weights>,
+    // One engine step; the worker sends this to itself while it has work, so that
+    // requests and weight updates are taken in between steps.
+    caf::reacts_to<step_atom>>;
 
 /// Counters of the reward pool.
 struct reward_pool_stats {
@@ -100,6 +131,7 @@ const char* to_string(node_errc x);
 
 }  // namespace areal
 
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(areal::local_weights)
 CAF_ERROR_CODE_ENUM(areal::node_errc, "node")
 CAF_ERROR_CODE_ENUM(areal::reward_errc, "reward")
 

@@ -1,0 +1,27 @@
+// The rollout worker: wraps the generation engine (kernels/engine.hpp) in a
+// detached actor, i.e. on its own thread, where LibTorch may block.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <caf/actor_system.hpp>
+
+#include "areal/actors/interfaces.hpp"
+#include "areal/kernels/engine.hpp"
+#include "areal/kernels/tokenizer.hpp"
+
+namespace areal {
+
+struct rollout_setup {
+  std::string name = "rollout";                  // written into each trajectory's producer field
+  std::shared_ptr<kernels::policy_model> model;  // owned by the worker from now on
+  std::shared_ptr<const kernels::tokenizer> tokenizer;
+  kernels::engine_config engine;
+  int compute_threads = 1;  // at::set_num_threads on the worker's thread
+  int64_t initial_version = 0;
+};
+
+rollout_actor spawn_rollout(caf::actor_system& sys, rollout_setup setup);
+
+}  // namespace areal

@@ -1,0 +1,154 @@
+// The rollout worker actor: requests in, trajectories out, generated on the
+// worker's own thread with the engine; weights swapped at step boundaries.
+#include <caf/all.hpp>
+
+#include "areal/actors/node.hpp"
+#include "areal/actors/rollout.hpp"
+#include "torch_doctest.hpp"
+
+using namespace areal;
+using namespace areal::kernels;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct fixture {
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  std::unique_ptr<caf::scoped_actor> self;
+  std::shared_ptr<const tokenizer> tok =
+      std::make_shared<const tokenizer>(tokenizer::character_level("0123456789+=;", {"<unk>", "<eos>"}));
+  model_config config;
+
+  fixture() {
+    configure_actor_system(cfg, cluster_spec{"test"});
+    sys = std::make_unique<caf::actor_system>(cfg);
+    self = std::make_unique<caf::scoped_actor>(*sys);
+    config.vocab_size = tok->vocab_size();
+    config.hidden_size = 32;
+    config.intermediate_size = 64;
+    config.num_hidden_layers = 2;
+    config.num_attention_heads = 4;
+    config.num_key_value_heads = 2;
+    config.max_position_embeddings = 128;
+    config.tie_word_embeddings = true;
+  }
+
+  std::shared_ptr<policy_model> model(uint64_t seed) {
+    auto m = std::make_shared<policy_model>(config);
+    m->init_random(seed, 0.3);
+    return m;
+  }
+
+  rollout_actor spawn(std::shared_ptr<policy_model> m, int64_t slots = 4) {
+    rollout_setup setup;
+    setup.name = "rollout-test";
+    setup.model = std::move(m);
+    setup.tokenizer = tok;
+    setup.engine = {slots, 96, 32, true};
+    return spawn_rollout(*sys, setup);
+  }
+};
+
+generation_request request(uint64_t i, uint32_t max_new = 12) {
+  generation_request r;
+  r.prompt_id = i;
+  r.group_id = i / 2;
+  r.sample_index = static_cast<uint32_t>(i % 2);
+  r.prompt_tokens = {3, static_cast<int32_t>(4 + i % 9), 13};
+  r.sampling.max_new_tokens = max_new;
+  r.seed = 100 + i;
+  return r;
+}
+
+// What the engine produces for the same request, run directly.
+generation_output direct(policy_model& m, const generation_request& r, int64_t version = 0) {
+  generation_engine engine(m, {1, 96, 32, true}, version);
+  generation_job job;
+  job.prompt = r.prompt_tokens;
+  job.sampling = r.sampling;
+  job.seed = r.seed;
+  engine.submit(job);
+  return engine.run_to_completion().front();
+}
+
+}  // namespace
+
+TEST_CASE("the rollout worker answers every request with its trajectory and text") {
+  fixture f;
+  auto reference = f.model(1);
+  auto worker = f.spawn(f.model(1));
+  auto& self = *f.self;
+  for (uint64_t i = 0; i < 10; ++i)
+    self->send(worker, *pack(request(i)));
+  std::map<uint64_t, trajectory> got;
+  for (int i = 0; i < 10; ++i)
+    self->receive(
+        [&](packed<trajectory>& t, std::string& text) {
+          auto decoded = *unpack(t);
+          CHECK(text == f.tok->decode(decoded.output_tokens, true));
+          got[decoded.prompt_id] = decoded;
+        },
+        [](caf::error& e) { FAIL(describe(e)); }, caf::after(30s) >> [] { FAIL("a trajectory is missing"); });
+  REQUIRE(got.size() == 10);
+  for (auto& [id, t] : got) {
+    auto r = request(id);
+    CHECK(t.prompt_tokens == r.prompt_tokens);
+    CHECK(t.group_id == r.group_id);
+    CHECK(t.producer == "rollout-test");
+    CHECK(t.finish == finish_reason::length);
+    CHECK(t.output_tokens.size() == 12);
+    CHECK(t.token_versions == std::vector<int64_t>(12, 0));
+    CHECK(t.timestamps.generation_end_ns >= t.timestamps.generation_start_ns);
+    CHECK(t.output_tokens == direct(*reference, r).tokens);  // same seed, same weights, same tokens
+  }
+  caf::anon_send_exit(worker, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("weights sent to the worker are used from the next step on") {
+  fixture f;
+  auto next = f.model(2);
+  auto worker = f.spawn(f.model(1));
+  auto& self = *f.self;
+  auto weights = std::make_shared<const at::Tensor>(next->flat().clone());
+  self->send(worker, local_weights{5, weights});
+  auto r = request(3, 10);
+  self->request(worker, 30s, *pack(r))
+      .receive(
+          [&](packed<trajectory>& t, std::string&) {
+            auto decoded = *unpack(t);
+            CHECK(decoded.token_versions == std::vector<int64_t>(10, 5));
+            CHECK(decoded.output_tokens == direct(*next, r, 5).tokens);
+          },
+          [](caf::error& e) { FAIL(describe(e)); });
+  // Mid-stream: each trajectory's versions never go back and end at the newest.
+  for (uint64_t i = 0; i < 6; ++i)
+    self->send(worker, *pack(request(i, 40)));
+  self->send(worker, local_weights{6, std::make_shared<const at::Tensor>(f.model(3)->flat().clone())});
+  for (int i = 0; i < 6; ++i)
+    self->receive(
+        [&](packed<trajectory>& t, std::string&) {
+          auto v = unpack(t)->token_versions;
+          CHECK(std::is_sorted(v.begin(), v.end()));
+          CHECK(v.front() >= 5);
+          CHECK(v.back() == 6);
+        },
+        [](caf::error& e) { FAIL(describe(e)); }, caf::after(30s) >> [] { FAIL("a trajectory is missing"); });
+  caf::anon_send_exit(worker, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("a request the engine cannot take is refused and the worker goes on") {
+  fixture f;
+  auto worker = f.spawn(f.model(1));
+  auto& self = *f.self;
+  self->request(worker, 30s, *pack(request(0, 500)))
+      .receive([](packed<trajectory>&, std::string&) { FAIL("an impossible request was accepted"); },
+               [](caf::error& e) { CHECK(describe(e).find("exceeds the engine's max_seq_len") != std::string::npos); });
+  self->request(worker, 30s, packed<generation_request>{std::vector<char>(16, 'x')})
+      .receive([](packed<trajectory>&, std::string&) { FAIL("garbage accepted"); },
+               [](caf::error& e) { CHECK(e.category() == caf::atom("wire")); });
+  self->request(worker, 30s, *pack(request(1)))
+      .receive([](packed<trajectory>& t, std::string&) { CHECK(unpack(t)->output_tokens.size() == 12); },
+               [](caf::error& e) { FAIL(describe(e)); });
+  caf::anon_send_exit(worker, caf::exit_reason::user_shutdown);
+}
