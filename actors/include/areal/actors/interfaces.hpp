@@ -79,6 +79,37 @@ using rollout_actor = caf::typed_actor<
     // requests and weight updates are taken in between steps.
     caf::reacts_to<step_atom>>;
 
+using train_atom = caf::atom_constant<caf::atom("train")>;
+using weights_atom = caf::atom_constant<caf::atom("weights")>;
+
+/// What one training step did.
+struct train_report {
+  int64_t version = 0;  // policy version the step produced
+  double loss = 0;
+  double grad_norm = 0;
+  double reward_mean = 0;
+  int64_t samples = 0;
+  int64_t tokens = 0;
+  int64_t behaviour_masked = 0;  // tokens whose importance weight exceeded the cap
+  int64_t max_staleness = 0;     // newest version minus the oldest token version in the batch
+  double seconds = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, train_report& x) {
+  return f(caf::meta::type_name("areal.train_report"), x.version, x.loss, x.grad_norm, x.reward_mean, x.samples,
+           x.tokens, x.behaviour_masked, x.max_staleness, x.seconds);
+}
+
+/// The TRAINER interface: decoupled PPO on its own thread.
+using trainer_actor = caf::typed_actor<
+    // Train on scored trajectories (whole groups; rewards set by the reward
+    // service): group advantages, proximal log-probabilities, one PPO update.
+    // The reply reports the step and carries the new weights for local rollout workers.
+    caf::replies_to<train_atom, std::vector<packed<trajectory>>>::with<train_report, local_weights>,
+    // The current weights and version (for a worker that joins).
+    caf::replies_to<weights_atom>::with<local_weights>>;
+
 /// Counters of the reward pool.
 struct reward_pool_stats {
   uint64_t scored = 0;    // replies sent with a verdict (any verdict)
