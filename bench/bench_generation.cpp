@@ -21,6 +21,8 @@
 #include <ATen/Parallel.h>
 #include <nlohmann/json.hpp>
 
+#include "bench_common.hpp"
+
 #include "areal/kernels/allocator.hpp"
 #include "areal/kernels/blas_probe.hpp"
 #include "areal/kernels/engine.hpp"
@@ -52,19 +54,6 @@ generation_job make_job(uint64_t id, int64_t prompt_len, uint32_t max_new) {
   j.sampling.max_new_tokens = max_new;
   j.seed = id + 1;
   return j;
-}
-
-double gemm_ceiling_gflops(const model_config& c) {
-  auto a = at::randn({512, c.hidden_size});
-  auto b = at::randn({c.hidden_size, c.intermediate_size});
-  auto out = at::mm(a, b);
-  double best = 1e30;
-  for (int i = 0; i < 10; ++i) {
-    auto start = clock_type::now();
-    at::mm_out(out, a, b);
-    best = std::min(best, seconds_since(start));
-  }
-  return 2.0 * 512 * static_cast<double>(c.hidden_size) * static_cast<double>(c.intermediate_size) / best / 1e9;
 }
 
 // Decode tokens/s with `batch` sequences decoding together (prefill excluded).
@@ -132,22 +121,10 @@ workload_result run_static(policy_model& model, const std::vector<uint32_t>& len
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
-  std::string json_path;
-  int threads = static_cast<int>(std::thread::hardware_concurrency());
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--quick")
-      quick = true;
-    else if (a == "--json" && i + 1 < argc)
-      json_path = argv[++i];
-    else if (a == "--threads" && i + 1 < argc)
-      threads = std::stoi(argv[++i]);
-    else {
-      std::cerr << "usage: bench_generation [--quick] [--json FILE] [--threads N]\n";
-      return 2;
-    }
-  }
+  auto cli = bench::parse_options(argc, argv, "bench_generation");
+  bool quick = cli.quick;
+  std::string json_path = cli.json_path;
+  int threads = cli.threads;
   auto allocator = tune_allocator();
   at::set_num_threads(threads);
   at::NoGradGuard no_grad;
@@ -163,7 +140,7 @@ int main(int argc, char** argv) {
     policy_model model(config);
     model.init_random(1);
     double n = static_cast<double>(config.parameter_count());
-    double ceiling = gemm_ceiling_gflops(config);
+    double ceiling = bench::gemm_ceiling_gflops(config);
     std::cout << name << ": " << config.parameter_count() << " parameters; GEMM ceiling (512x" << config.hidden_size
               << "x" << config.intermediate_size << " fp32) " << ceiling << " GFLOP/s\n";
     out[name]["parameters"] = config.parameter_count();

@@ -17,6 +17,8 @@
 #include <caf/all.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench_common.hpp"
+
 #include "areal/actors/node.hpp"
 #include "areal/actors/reward_pool.hpp"
 
@@ -76,19 +78,9 @@ double plain_python_s(const std::string& python, const std::string& script_path)
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
-  std::string json_path;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--quick")
-      quick = true;
-    else if (a == "--json" && i + 1 < argc)
-      json_path = argv[++i];
-    else {
-      std::cerr << "usage: bench_rewards [--quick] [--json FILE]\n";
-      return 2;
-    }
-  }
+  auto cli = bench::parse_options(argc, argv, "bench_rewards");
+  bool quick = cli.quick;
+  std::string json_path = cli.json_path;
   nlohmann::json out;
   const std::string python = "/usr/bin/python3";
   out["hardware_threads"] = std::thread::hardware_concurrency();

@@ -19,6 +19,8 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <nlohmann/json.hpp>
 
+#include "bench_common.hpp"
+
 #include "areal/kernels/allocator.hpp"
 #include "areal/kernels/blas_probe.hpp"
 #include "areal/kernels/logprobs.hpp"
@@ -39,19 +41,6 @@ double peak_rss_mb() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   return static_cast<double>(usage.ru_maxrss) / 1024.0;
-}
-
-double gemm_ceiling_gflops(const model_config& c) {
-  auto a = at::randn({512, c.hidden_size});
-  auto b = at::randn({c.hidden_size, c.intermediate_size});
-  auto out = at::mm(a, b);
-  double best = 1e30;
-  for (int i = 0; i < 10; ++i) {
-    auto start = clock_type::now();
-    at::mm_out(out, a, b);
-    best = std::min(best, seconds_since(start));
-  }
-  return 2.0 * 512 * static_cast<double>(c.hidden_size) * static_cast<double>(c.intermediate_size) / best / 1e9;
 }
 
 std::vector<sft_sample> make_data(const std::vector<int64_t>& lengths, uint32_t seed) {
@@ -89,22 +78,10 @@ double train_rate(policy_model& model, const trainer_config& tc, const std::vect
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
-  std::string json_path;
-  int threads = static_cast<int>(std::thread::hardware_concurrency());
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--quick")
-      quick = true;
-    else if (a == "--json" && i + 1 < argc)
-      json_path = argv[++i];
-    else if (a == "--threads" && i + 1 < argc)
-      threads = std::stoi(argv[++i]);
-    else {
-      std::cerr << "usage: bench_training [--quick] [--json FILE] [--threads N]\n";
-      return 2;
-    }
-  }
+  auto cli = areal::bench::parse_options(argc, argv, "bench_training");
+  bool quick = cli.quick;
+  std::string json_path = cli.json_path;
+  int threads = cli.threads;
   at::set_num_threads(threads);
   nlohmann::json out;
   auto facts = probe_blas();
@@ -143,7 +120,7 @@ int main(int argc, char** argv) {
     auto config = preset(name, vocab);
     policy_model model(config);
     model.init_random(1);
-    double ceiling = gemm_ceiling_gflops(config);
+    double ceiling = areal::bench::gemm_ceiling_gflops(config);
     std::vector<int64_t> lengths(quick ? 8 : 16, 256);
     trainer_config tc;
     tc.max_tokens_per_mb = 2048;

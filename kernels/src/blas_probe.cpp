@@ -52,9 +52,9 @@ blas_facts probe_blas() {
   return f;
 }
 
-double measure_gemm_gflops(int n, int repeats) {
-  auto a = at::randn({n, n});
-  auto b = at::randn({n, n});
+double measure_gemm_gflops(int64_t m, int64_t k, int64_t n, int repeats) {
+  auto a = at::randn({m, k});
+  auto b = at::randn({k, n});
   auto c = at::mm(a, b);  // warm-up
   double best = 1e30;
   for (int i = 0; i < repeats; ++i) {
@@ -63,7 +63,11 @@ double measure_gemm_gflops(int n, int repeats) {
     std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
     best = std::min(best, took.count());
   }
-  return 2.0 * n * n * static_cast<double>(n) / best / 1e9;
+  return 2.0 * static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n) / best / 1e9;
+}
+
+double measure_gemm_gflops(int n, int repeats) {
+  return measure_gemm_gflops(n, n, n, repeats);
 }
 
 std::string describe(const blas_facts& f) {

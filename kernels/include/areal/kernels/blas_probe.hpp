@@ -4,6 +4,7 @@
 // Kept free of LibTorch headers so that callers compile fast.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace areal::kernels {
@@ -18,9 +19,11 @@ struct blas_facts {
 /// Runs one small product (so that lazily loaded BLAS is mapped) and reports.
 blas_facts probe_blas();
 
-/// Rate of an n x n x n fp32 matrix product on this thread, in GFLOP/s
-/// (best of `repeats` after one warm-up).
+/// Rate of an n x n x n fp32 matrix product, in GFLOP/s (best of `repeats`
+/// after one warm-up), with the current intra-op threads.
 double measure_gemm_gflops(int n = 512, int repeats = 5);
+/// The same for an [m x k] by [k x n] product.
+double measure_gemm_gflops(int64_t m, int64_t k, int64_t n, int repeats);
 
 /// "BLAS libopenblas... (OpenBLAS), 1 intra-op thread, LibTorch 1.13.1".
 std::string describe(const blas_facts& facts);

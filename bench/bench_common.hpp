@@ -1,0 +1,45 @@
+// What every benchmark shares: its command line (--quick, --json FILE,
+// --threads N) and the GEMM ceiling at a model's shape.
+#pragma once
+
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <thread>
+
+#include "areal/kernels/blas_probe.hpp"
+#include "areal/kernels/model_config.hpp"
+
+namespace areal::bench {
+
+struct options {
+  bool quick = false;
+  std::string json_path;
+  int threads = static_cast<int>(std::thread::hardware_concurrency());
+};
+
+/// Parses the common flags; prints usage and exits with code 2 on anything else.
+inline options parse_options(int argc, char** argv, const char* name) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--quick") {
+      o.quick = true;
+    } else if (a == "--json" && i + 1 < argc) {
+      o.json_path = argv[++i];
+    } else if (a == "--threads" && i + 1 < argc) {
+      o.threads = std::atoi(argv[++i]);
+    } else {
+      std::cerr << "usage: " << name << " [--quick] [--json FILE] [--threads N]\n";
+      std::exit(2);
+    }
+  }
+  return o;
+}
+
+/// The fp32 rate of the model's largest product shape (512 rows x hidden x intermediate).
+inline double gemm_ceiling_gflops(const kernels::model_config& c) {
+  return kernels::measure_gemm_gflops(512, c.hidden_size, c.intermediate_size, 10);
+}
+
+}  // namespace areal::bench
