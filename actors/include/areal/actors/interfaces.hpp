@@ -110,6 +110,33 @@ using trainer_actor = caf::typed_actor<
     // The current weights and version (for a worker that joins).
     caf::replies_to<weights_atom>::with<local_weights>>;
 
+/// Counters of the controller: every admitted sample ends trained or dropped.
+struct controller_stats {
+  int64_t version = 0;
+  int64_t admitted = 0;
+  int64_t running = 0;   // admitted, not yet scored
+  int64_t buffered = 0;  // scored, waiting for a batch
+  int64_t trained = 0;
+  int64_t dropped = 0;  // with a reason, see the log and metrics
+  int64_t steps = 0;
+  int64_t max_staleness = 0;     // over every trained batch, in versions
+  double reward_mean_first = 0;  // mean reward of the first trained batch
+  double reward_mean_last = 0;   // and of the last
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, controller_stats& x) {
+  return f(caf::meta::type_name("areal.controller_stats"), x.version, x.admitted, x.running, x.buffered, x.trained,
+           x.dropped, x.steps, x.max_staleness, x.reward_mean_first, x.reward_mean_last);
+}
+
+/// The CONTROLLER interface: owns the prompt stream and the data flow.
+using controller_actor = caf::typed_actor<
+    // Its counters.
+    caf::replies_to<stats_atom>::with<controller_stats>,
+    // Stop admitting work and end the run (the text says why).
+    caf::reacts_to<shutdown_atom, std::string>>;
+
 /// Counters of the reward pool.
 struct reward_pool_stats {
   uint64_t scored = 0;    // replies sent with a verdict (any verdict)
