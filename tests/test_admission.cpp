@@ -105,3 +105,34 @@ TEST_CASE("a dropped sample drops its whole group with the reason counted") {
   CHECK(buffer.pending_groups() == 0);
   CHECK(buffer.dropped().at("rollout worker lost") == 4);
 }
+
+TEST_CASE("groups older than the bound are dropped when a batch is formed") {
+  group_buffer buffer(2);
+  auto with_versions = [](uint64_t group, uint32_t index, std::vector<int64_t> versions) {
+    trajectory t;
+    t.group_id = group;
+    t.sample_index = index;
+    t.output_tokens.assign(versions.size(), 1);
+    t.behaviour_logprobs.assign(versions.size(), 0.0f);
+    t.token_versions = std::move(versions);
+    return t;
+  };
+  buffer.add(with_versions(1, 0, {3, 4}));
+  buffer.add(with_versions(1, 1, {5}));  // one token of version 3: stale at min_version 4
+  buffer.add(with_versions(2, 0, {4, 5}));
+  buffer.add(with_versions(2, 1, {4}));
+  int64_t stale = 0;
+  auto batch = buffer.take_batch(2, 4, &stale);
+  REQUIRE(batch);
+  CHECK((*batch)[0].group_id == 2);
+  CHECK(stale == 2);
+  CHECK(buffer.dropped().at("staler than the bound") == 2);
+  // The gate forgets discarded trajectories, so admission can replace them.
+  staleness_gate gate(2, 1, 100);
+  gate.admit(4);
+  for (int i = 0; i < 4; ++i)
+    gate.finish(true);
+  CHECK(gate.capacity() == 0);
+  gate.discard(stale);
+  CHECK(gate.capacity() == 2);
+}

@@ -12,6 +12,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include "areal/kernels/advantages.hpp"
+#include "areal/kernels/engine.hpp"
 #include "areal/kernels/logprobs.hpp"
 #include "areal/kernels/packing.hpp"
 #include "areal/kernels/trainer.hpp"
@@ -143,6 +144,33 @@ TEST_CASE("chunked log-probabilities and gradients equal the naive full log-soft
       CHECK((grads[1] - naive_grads[1]).abs().max().item<double>() <= 1e-5);
     }
   }
+}
+
+TEST_CASE("the engine's behaviour log-probabilities equal the trainer's for the same weights") {
+  // With no interruption and eta = 0, pi_behav and pi_prox coincide: the decoupled loss rests on it.
+  auto config = test_config();
+  policy_model model(config);
+  model.init_random(9, 0.1);
+  generation_engine engine(model, {4, 64, 16, true});
+  for (uint64_t i = 0; i < 6; ++i) {
+    generation_job j;
+    j.id = i;
+    j.prompt = {1, 2, static_cast<int32_t>(3 + i)};
+    j.sampling.max_new_tokens = 20;
+    j.seed = i;
+    engine.submit(j);
+  }
+  auto outs = engine.run_to_completion();
+  trainer t(model, {});
+  std::vector<std::vector<int32_t>> prompts, responses;
+  for (auto& o : outs) {
+    prompts.push_back(o.prompt);
+    responses.push_back(o.tokens);
+  }
+  auto logp = t.response_logprobs(prompts, responses);
+  for (size_t i = 0; i < outs.size(); ++i)
+    for (size_t k = 0; k < outs[i].logprobs.size(); ++k)
+      CHECK(std::abs(outs[i].logprobs[k] - logp[i][k]) <= 1e-4);
 }
 
 TEST_CASE("first-fit decreasing packing keeps the budget and places every sequence once") {

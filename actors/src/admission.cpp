@@ -33,6 +33,10 @@ void staleness_gate::finish(bool delivered) {
     ++accepted_;
 }
 
+void staleness_gate::discard(int64_t n) {
+  accepted_ = std::max<int64_t>(0, accepted_ - n);
+}
+
 void staleness_gate::set_version(int64_t version) {
   version_ = version;
 }
@@ -76,7 +80,22 @@ void group_buffer::settle(uint64_t group_id) {
   partial_.erase(it);
 }
 
-std::optional<std::vector<trajectory>> group_buffer::take_batch(int64_t batch_size) {
+std::optional<std::vector<trajectory>> group_buffer::take_batch(int64_t batch_size, int64_t min_version,
+                                                                int64_t* stale_dropped) {
+  for (auto it = complete_.begin(); it != complete_.end();) {
+    bool stale = false;
+    for (auto& t : *it)
+      for (auto v : t.token_versions)
+        stale = stale || v < min_version;
+    if (stale) {
+      dropped_["staler than the bound"] += static_cast<int64_t>(it->size());
+      if (stale_dropped)
+        *stale_dropped += static_cast<int64_t>(it->size());
+      it = complete_.erase(it);
+    } else {
+      ++it;
+    }
+  }
   if (ready_trajectories() < batch_size)
     return std::nullopt;
   std::vector<trajectory> batch;

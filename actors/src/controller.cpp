@@ -171,7 +171,12 @@ void try_train(controller_pointer self) {
   auto& state = self->state;
   if (state.training || state.finished)
     return;
-  auto batch = state.buffer->take_batch(state.setup.batch_size);
+  // Trained now, the batch produces version v + 1 from version v: tokens older
+  // than v - eta would exceed the bound.
+  int64_t stale = 0;
+  auto batch = state.buffer->take_batch(state.setup.batch_size, state.gate->version() - state.setup.eta, &stale);
+  state.gate->discard(stale);
+  sync_drops(self);
   if (!batch)
     return;
   std::vector<packed<trajectory>> packed_batch;

@@ -3,6 +3,7 @@
 // buffer (which scored trajectories form the next training batch).
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -31,6 +32,9 @@ class staleness_gate {
   void admit(int64_t n = 1);
   /// A running request ended: delivered to the buffer (counts as accepted) or dropped.
   void finish(bool delivered);
+  /// `n` delivered trajectories will never be trained (dropped as too stale):
+  /// they no longer count as accepted, so that admission can replace them.
+  void discard(int64_t n);
   /// The policy version advanced (after a training step).
   void set_version(int64_t version);
   /// After a resume from a checkpoint of policy version v: nothing runs, and
@@ -61,8 +65,13 @@ class group_buffer {
   /// One sample of `group_id` will never arrive (worker lost, generation failed).
   void drop_sample(uint64_t group_id, const std::string& reason);
   /// Complete groups, oldest first, until `batch_size` trajectories (whole groups only);
-  /// nothing when fewer are ready.
-  std::optional<std::vector<trajectory>> take_batch(int64_t batch_size);
+  /// nothing when fewer are ready. Complete groups holding a token older than
+  /// `min_version` are dropped first (reason "staler than the bound"): admission
+  /// bounds staleness by arrival order, but a group that completes late (a long
+  /// tail) can still fall behind.
+  /// `stale_dropped`, when given, is increased by the trajectories dropped so.
+  std::optional<std::vector<trajectory>> take_batch(int64_t batch_size, int64_t min_version = INT64_MIN,
+                                                    int64_t* stale_dropped = nullptr);
 
   int64_t ready_trajectories() const;
   int64_t pending_groups() const { return static_cast<int64_t>(partial_.size()); }
