@@ -1,7 +1,8 @@
 // What every benchmark shares: its command line (--quick, --json FILE,
-// --threads N) and the GEMM ceiling at a model's shape.
+// --threads N), its stopwatch and the GEMM ceiling at a model's shape.
 #pragma once
 
+#include <chrono>
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -11,6 +12,11 @@
 #include "areal/kernels/model_config.hpp"
 
 namespace areal::bench {
+
+/// Seconds since `start` on the steady clock.
+inline double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
 
 struct options {
   bool quick = false;

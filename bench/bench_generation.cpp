@@ -29,15 +29,12 @@
 
 using namespace areal;
 using namespace areal::kernels;
+using areal::bench::seconds_since;
 using clock_type = std::chrono::steady_clock;
 
 namespace {
 
 constexpr int64_t vocab = 64;
-
-double seconds_since(clock_type::time_point start) {
-  return std::chrono::duration<double>(clock_type::now() - start).count();
-}
 
 double resident_mb() {
   std::ifstream statm("/proc/self/statm");

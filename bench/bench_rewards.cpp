@@ -25,6 +25,7 @@
 extern char** environ;
 
 using namespace areal;
+using areal::bench::seconds_since;
 using clock_type = std::chrono::steady_clock;
 
 namespace {
@@ -50,10 +51,6 @@ std::vector<workload> workloads() {
   return {{"math", math, reasoning + "so the result is \\boxed{\\dfrac{3}{4}}."},
           {"countdown", countdown, reasoning + "<answer>((100 + 6) * 3 * 75 - 50) / 25</answer>"},
           {"code", code, reasoning + "```python\nn = int(input())\nprint(n * n)\n```"}};
-}
-
-double seconds_since(clock_type::time_point start) {
-  return std::chrono::duration<double>(clock_type::now() - start).count();
 }
 
 // Plain python3: fork + exec + wait, output to /dev/null.

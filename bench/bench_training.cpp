@@ -27,15 +27,12 @@
 #include "areal/kernels/trainer.hpp"
 
 using namespace areal::kernels;
+using areal::bench::seconds_since;
 using clock_type = std::chrono::steady_clock;
 
 namespace {
 
 constexpr int64_t vocab = 64;
-
-double seconds_since(clock_type::time_point start) {
-  return std::chrono::duration<double>(clock_type::now() - start).count();
-}
 
 double peak_rss_mb() {
   rusage usage{};

@@ -15,8 +15,10 @@
 
 #include "areal/actors/node.hpp"
 #include "areal/kernels/blas_probe.hpp"
+#include "bench_common.hpp"
 
 using namespace areal;
+using areal::bench::seconds_since;
 using clock_type = std::chrono::steady_clock;
 
 namespace {
@@ -40,10 +42,6 @@ trajectory make_trajectory(size_t prompt, size_t output) {
   }
   t.producer = "bench";
   return t;
-}
-
-double seconds_since(clock_type::time_point start) {
-  return std::chrono::duration<double>(clock_type::now() - start).count();
 }
 
 // Sends `count` trajectories to `target` with up to `window` in flight; returns seconds.
