@@ -214,7 +214,7 @@ TEST_CASE("corrupt or mismatched checkpoints are refused naming the file and ten
     std::ofstream(dir.path / "config.json") << "{\"model_type\": \"qwen2\", \"vocab_size\": 40}";
     expect_error("missing key \"hidden_size\"");
   }
-  SUBCASE("a config asking for what is not implemented") {
+  SUBCASE("a config asking for an unsupported feature") {
     std::ofstream(dir.path / "config.json") << R"({"model_type": "qwen2", "vocab_size": 40, "hidden_size": 64,
       "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "rope_scaling": {"type": "yarn"}})";
     expect_error("rope_scaling");

@@ -8,6 +8,7 @@
 #include "areal/actors/reward_pool.hpp"
 #include "areal/actors/rollout.hpp"
 #include "areal/actors/trainer_actor.hpp"
+#include "test_models.hpp"
 #include "torch_doctest.hpp"
 
 using namespace areal;
@@ -23,15 +24,7 @@ controller_stats run_pipeline(int64_t eta, int64_t steps) {
   caf::scoped_actor self{sys};
   auto tok =
       std::make_shared<const tokenizer>(tokenizer::character_level(tasks::running_sum_alphabet(), {"<unk>", "<eos>"}));
-  model_config config;
-  config.vocab_size = tok->vocab_size();
-  config.hidden_size = 32;
-  config.intermediate_size = 64;
-  config.num_hidden_layers = 2;
-  config.num_attention_heads = 4;
-  config.num_key_value_heads = 2;
-  config.max_position_embeddings = 128;
-  config.tie_word_embeddings = true;
+  auto config = test::small_model_config(tok->vocab_size());
   auto policy = std::make_shared<policy_model>(config);
   policy->init_random(11, 0.2);
   std::vector<rollout_actor> rollouts;

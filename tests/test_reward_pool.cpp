@@ -6,6 +6,7 @@
 
 #include <caf/all.hpp>
 
+#include "actor_test_system.hpp"
 #include "areal/actors/node.hpp"
 #include "areal/actors/reward_pool.hpp"
 #include "sample_records.hpp"
@@ -15,16 +16,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-struct fixture {
-  caf::actor_system_config cfg;
-  std::unique_ptr<caf::actor_system> sys;
-  std::unique_ptr<caf::scoped_actor> self;
-  fixture() {
-    configure_actor_system(cfg, cluster_spec{"test"});
-    sys = std::make_unique<caf::actor_system>(cfg);
-    self = std::make_unique<caf::scoped_actor>(*sys);
-  }
-};
+using fixture = test::actor_test_system;
 
 reward_task math_task(std::string answer) {
   reward_task t;

@@ -2,8 +2,10 @@
 // worker's own thread with the engine; weights swapped at step boundaries.
 #include <caf/all.hpp>
 
+#include "actor_test_system.hpp"
 #include "areal/actors/node.hpp"
 #include "areal/actors/rollout.hpp"
+#include "test_models.hpp"
 #include "torch_doctest.hpp"
 
 using namespace areal;
@@ -12,27 +14,10 @@ using namespace std::chrono_literals;
 
 namespace {
 
-struct fixture {
-  caf::actor_system_config cfg;
-  std::unique_ptr<caf::actor_system> sys;
-  std::unique_ptr<caf::scoped_actor> self;
+struct fixture : test::actor_test_system {
   std::shared_ptr<const tokenizer> tok =
       std::make_shared<const tokenizer>(tokenizer::character_level("0123456789+=;", {"<unk>", "<eos>"}));
-  model_config config;
-
-  fixture() {
-    configure_actor_system(cfg, cluster_spec{"test"});
-    sys = std::make_unique<caf::actor_system>(cfg);
-    self = std::make_unique<caf::scoped_actor>(*sys);
-    config.vocab_size = tok->vocab_size();
-    config.hidden_size = 32;
-    config.intermediate_size = 64;
-    config.num_hidden_layers = 2;
-    config.num_attention_heads = 4;
-    config.num_key_value_heads = 2;
-    config.max_position_embeddings = 128;
-    config.tie_word_embeddings = true;
-  }
+  model_config config = test::small_model_config(tok->vocab_size());
 
   std::shared_ptr<policy_model> model(uint64_t seed) {
     auto m = std::make_shared<policy_model>(config);

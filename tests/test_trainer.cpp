@@ -16,6 +16,7 @@
 #include "areal/kernels/logprobs.hpp"
 #include "areal/kernels/packing.hpp"
 #include "areal/kernels/trainer.hpp"
+#include "test_models.hpp"
 #include "torch_doctest.hpp"
 
 using namespace areal::kernels;
@@ -24,16 +25,7 @@ namespace fs = std::filesystem;
 namespace {
 
 model_config test_config() {
-  model_config c;
-  c.vocab_size = 24;
-  c.hidden_size = 32;
-  c.intermediate_size = 64;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.max_position_embeddings = 128;
-  c.tie_word_embeddings = true;
-  return c;
+  return areal::test::small_model_config(24);
 }
 
 std::vector<rl_sample> make_batch(int n, uint64_t seed) {

@@ -6,6 +6,7 @@
 #include "areal/actors/node.hpp"
 #include "areal/actors/rollout.hpp"
 #include "areal/actors/trainer_actor.hpp"
+#include "test_models.hpp"
 #include "torch_doctest.hpp"
 
 using namespace areal;
@@ -15,16 +16,7 @@ using namespace std::chrono_literals;
 namespace {
 
 model_config small() {
-  model_config c;
-  c.vocab_size = 16;
-  c.hidden_size = 32;
-  c.intermediate_size = 64;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.max_position_embeddings = 64;
-  c.tie_word_embeddings = true;
-  return c;
+  return test::small_model_config(16, 64);
 }
 
 // Probability of `token` right after `prompt` under the weights `flat`.
