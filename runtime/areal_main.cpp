@@ -74,5 +74,8 @@ int main(int argc, char** argv) {
   if (facts.reference_blas)
     spdlog::warn("LibTorch runs on the reference BLAS, about 16x slower: install libopenblas0-openmp (setup.sh does)");
 
-  return areal::run_node(config, node);
+  areal::node_run_options run_options;
+  run_options.run_dir = run_dir.string();
+  run_options.resume = options.resume;
+  return areal::run_node(config, node, run_options);
 }

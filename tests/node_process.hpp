@@ -3,6 +3,7 @@
 // and a process still running at the end of the test is killed and reaped.
 #pragma once
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>

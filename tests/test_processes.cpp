@@ -123,19 +123,47 @@ TEST_CASE("a node of another cluster is refused") {
   CHECK(head->wait_exit(5s) == 0);
 }
 
-TEST_CASE("the single-node default runs and exits 0 and SIGINT stops a held run") {
+TEST_CASE("the single-node default runs the RL job; SIGINT checkpoints it and --resume finishes it") {
   scratch_dir dir{"single"};
+  // The default configuration, made CI-sized.
+  std::vector<std::string> args{"--config", AREAL_SOURCE_DIR "/configs/single_node.toml",
+                                "--set",    "model.preset=micro",
+                                "--set",    "sft.steps=5",
+                                "--set",    "eval.prompts=8",
+                                "--set",    "eval.every=0",
+                                "--set",    "rl.batch_size=16",
+                                "--set",    "rl.max_new_tokens=8",
+                                "--set",    "rl.checkpoint_every=2",
+                                "--set",    "reward.workers=1"};
+  auto with = [&](std::vector<std::string> more) {
+    auto all = args;
+    all.insert(all.end(), more.begin(), more.end());
+    return all;
+  };
   {
-    node_process node({"--config", AREAL_SOURCE_DIR "/configs/single_node.toml"}, dir.path / "a.log", dir.path);
-    CHECK_MESSAGE(node.wait_exit(20s) == 0, node.log());
-    CHECK(node.log().find("local acknowledged our trajectory") != std::string::npos);
-    CHECK(node.log().find("BLAS ") != std::string::npos);
+    node_process run(with({"--set", "rl.steps=100000"}), dir.path / "a.log", dir.path);
+    REQUIRE_MESSAGE(run.wait_for("checkpoint of version 2 written", 60s), run.log());
+    CHECK(run.log().find("BLAS ") != std::string::npos);
+    CHECK(run.log().find("held-out greedy accuracy before RL") != std::string::npos);
+    run.kill(SIGINT);
+    CHECK_MESSAGE(run.wait_exit(20s) == 0, run.log());
+    CHECK(run.log().find("stopping at the next step boundary") != std::string::npos);
   }
-  node_process held({"--config", AREAL_SOURCE_DIR "/configs/single_node.toml", "--set", "run.hold_s=600"},
-                    dir.path / "b.log", dir.path);
-  REQUIRE(held.wait_for("ending the run in 600 s", 20s));
-  held.kill(SIGINT);
-  CHECK(held.wait_exit(5s) == 0);
+  auto run_dir = dir.path / "runs" / "single-node";
+  CHECK(std::filesystem::exists(run_dir / "checkpoint" / "trainer_state.json"));
+  CHECK(std::filesystem::exists(run_dir / "checkpoint" / "controller_state.json"));
+  CHECK(std::filesystem::exists(run_dir / "trace.json"));
+  CHECK(std::filesystem::exists(run_dir / "config.toml"));
+  {
+    node_process resumed(with({"--set", "rl.steps=6", "--resume"}), dir.path / "b.log", dir.path);
+    CHECK_MESSAGE(resumed.wait_exit(60s) == 0, resumed.log());
+    CHECK(resumed.log().find("resuming from") != std::string::npos);
+    CHECK(resumed.log().find("run complete") != std::string::npos);
+    CHECK(resumed.log().find("held-out accuracy: ") != std::string::npos);
+  }
+  node_process nothing(with({"--run-dir", (dir.path / "empty").string(), "--resume"}), dir.path / "c.log", dir.path);
+  CHECK(nothing.wait_exit(20s) == 2);
+  CHECK(nothing.log().find("no checkpoint in") != std::string::npos);
 }
 
 TEST_CASE("bad configuration exits 2 before starting anything") {

@@ -3,16 +3,71 @@
 // and each handler ends by trying to train and to admit more work.
 #include "areal/actors/controller.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
+#include <fstream>
 #include <map>
+#include <stdexcept>
 
 #include <caf/all.hpp>
+#include <nlohmann/json.hpp>
 
 #include "areal/actors/admission.hpp"
 #include "areal/runtime/log.hpp"
 
 namespace areal {
+
+// -- checkpoint record --------------------------------------------------------
+
+std::string controller_checkpoint::to_json() const {
+  nlohmann::json j = {{"format", 1},
+                      {"version", version},
+                      {"steps", steps},
+                      {"admitted", admitted},
+                      {"trained", trained},
+                      {"dropped", dropped},
+                      {"drop_reasons", drop_reasons},
+                      {"max_staleness", max_staleness},
+                      {"reward_mean_first", reward_mean_first},
+                      {"reward_mean_last", reward_mean_last},
+                      {"source_position", source_position},
+                      {"requeue", requeue},
+                      {"dropped_positions", dropped_positions},
+                      {"next_group", next_group},
+                      {"generated_tokens", generated_tokens},
+                      {"trained_tokens", trained_tokens},
+                      {"elapsed_s", elapsed_s}};
+  return j.dump(2) + "\n";
+}
+
+controller_checkpoint controller_checkpoint::from_json(const std::string& text, const std::string& where) {
+  try {
+    auto j = nlohmann::json::parse(text);
+    if (j.value("format", 0) != 1)
+      throw std::invalid_argument(where + ": not a controller checkpoint of format 1");
+    controller_checkpoint c;
+    c.version = j.at("version").get<int64_t>();
+    c.steps = j.at("steps").get<int64_t>();
+    c.admitted = j.at("admitted").get<int64_t>();
+    c.trained = j.at("trained").get<int64_t>();
+    c.dropped = j.at("dropped").get<int64_t>();
+    c.drop_reasons = j.at("drop_reasons").get<std::map<std::string, int64_t>>();
+    c.max_staleness = j.at("max_staleness").get<int64_t>();
+    c.reward_mean_first = j.at("reward_mean_first").get<double>();
+    c.reward_mean_last = j.at("reward_mean_last").get<double>();
+    c.source_position = j.at("source_position").get<uint64_t>();
+    c.requeue = j.at("requeue").get<std::vector<uint64_t>>();
+    c.dropped_positions = j.at("dropped_positions").get<std::vector<uint64_t>>();
+    c.next_group = j.at("next_group").get<uint64_t>();
+    c.generated_tokens = j.at("generated_tokens").get<int64_t>();
+    c.trained_tokens = j.at("trained_tokens").get<int64_t>();
+    c.elapsed_s = j.at("elapsed_s").get<double>();
+    return c;
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument(where + ": " + e.what());
+  }
+}
 
 namespace {
 
@@ -21,19 +76,42 @@ struct queued_sample {
   std::shared_ptr<const reward_task> task;
 };
 
+// What the metrics line of a step says about its batch, taken when it is formed.
+struct batch_facts {
+  nlohmann::json fields;
+  int64_t tokens = 0;
+};
+
 struct controller_state {
   static inline const char* name = "areal.controller";
   controller_setup setup;
   std::unique_ptr<staleness_gate> gate;
   std::unique_ptr<group_buffer> buffer;
-  std::deque<queued_sample> pending;  // samples of started groups, not yet admitted
-  std::vector<int64_t> rollout_load;  // requests in flight per rollout worker
+  std::deque<queued_sample> pending;   // samples of started groups, not yet admitted
+  std::deque<uint64_t> requeue;        // stream positions to generate again first (after a resume)
+  std::map<uint64_t, uint64_t> open_groups;  // group id -> stream position, until trained or dropped
+  std::vector<uint64_t> dropped_positions;   // stream positions of the groups dropped
+  std::vector<int64_t> rollout_load;   // requests in flight per rollout worker
   controller_stats stats;
+  std::map<std::string, int64_t> carried_drops;  // from before a resume, and the run's end
   bool training = false;
-  bool stopping = false;
+  bool evaluating = false;
+  bool checkpointing = false;
+  bool stopping = false;   // no more admissions
+  bool ending = false;     // the final checkpoint is being written
   bool finished = false;
+  int32_t end_code = 0;
+  std::string end_why;
   uint64_t next_group = 0;
-  std::map<std::string, int64_t> drop_reasons;
+  int64_t generated_tokens = 0, trained_tokens = 0;
+  double elapsed_before = 0;  // seconds of the run before a resume
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  // The metrics window: since the previous step's line.
+  std::chrono::steady_clock::time_point window_start = started;
+  int64_t window_generated = 0;
+  std::map<std::string, double> window_busy;
+  double window_weight_sync = 0;
+  std::ofstream metrics;
 };
 
 using controller_pointer = controller_actor::stateful_pointer<controller_state>;
@@ -41,7 +119,69 @@ using controller_pointer = controller_actor::stateful_pointer<controller_state>;
 void fill(controller_pointer self);
 void try_train(controller_pointer self);
 
-void finish(controller_pointer self, int code, const std::string& why) {
+double run_seconds(controller_state& st) {
+  return st.elapsed_before +
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - st.started).count();
+}
+
+void write_metrics(controller_state& st, const nlohmann::json& line) {
+  if (st.metrics.is_open()) {
+    st.metrics << line.dump() << "\n";
+    st.metrics.flush();
+  }
+}
+
+std::map<std::string, int64_t> all_drops(controller_state& st) {
+  auto out = st.carried_drops;
+  for (auto& [reason, n] : st.buffer->dropped())
+    out[reason] += n;
+  return out;
+}
+
+// Closes the groups the buffer dropped: they no longer count as accepted (so
+// admission replaces them) and will not be re-queued by a checkpoint.
+void settle_drops(controller_pointer self) {
+  auto& st = self->state;
+  for (auto& closed : st.buffer->take_dropped_groups()) {
+    st.gate->discard(closed.delivered);
+    auto it = st.open_groups.find(closed.group_id);
+    if (it != st.open_groups.end()) {
+      st.dropped_positions.push_back(it->second);
+      st.open_groups.erase(it);
+    }
+  }
+  int64_t total = 0;
+  for (auto& [reason, n] : all_drops(st))
+    total += n;
+  st.stats.dropped = total;
+}
+
+controller_checkpoint checkpoint_record(controller_state& st) {
+  controller_checkpoint c;
+  c.version = st.gate->version();
+  c.steps = st.stats.steps;
+  c.trained = st.stats.trained;
+  c.drop_reasons = all_drops(st);
+  for (auto& [reason, n] : c.drop_reasons)
+    c.dropped += n;
+  c.admitted = c.trained + c.dropped;
+  c.max_staleness = st.stats.max_staleness;
+  c.reward_mean_first = st.stats.reward_mean_first;
+  c.reward_mean_last = st.stats.reward_mean_last;
+  c.source_position = st.setup.source->position();
+  c.requeue.assign(st.requeue.begin(), st.requeue.end());
+  std::vector<std::pair<uint64_t, uint64_t>> open(st.open_groups.begin(), st.open_groups.end());
+  for (auto& [group, position] : open)  // by group id: the order they were started in
+    c.requeue.push_back(position);
+  c.dropped_positions = st.dropped_positions;
+  c.next_group = st.next_group;
+  c.generated_tokens = st.generated_tokens;
+  c.trained_tokens = st.trained_tokens;
+  c.elapsed_s = run_seconds(st);
+  return c;
+}
+
+void finish(controller_pointer self, int32_t code, const std::string& why) {
   auto& st = self->state;
   if (st.finished)
     return;
@@ -49,36 +189,94 @@ void finish(controller_pointer self, int code, const std::string& why) {
   // Whatever was admitted and will not be trained is dropped, with this reason.
   auto unfinished = st.stats.admitted - st.stats.trained - st.stats.dropped;
   if (unfinished > 0) {
+    st.carried_drops[st.setup.checkpoint_dir.empty() ? "run ended before it was trained"
+                                                     : "run ended before it was trained (re-queued in the checkpoint)"] +=
+        unfinished;
     st.stats.dropped += unfinished;
-    st.drop_reasons["run ended before it was trained"] += unfinished;
   }
   st.stats.running = 0;
   st.stats.buffered = 0;
+  nlohmann::json line = {{"event", "end"},     {"time_s", run_seconds(st)},   {"why", why},
+                         {"steps", st.stats.steps}, {"admitted", st.stats.admitted}, {"trained", st.stats.trained},
+                         {"dropped", st.stats.dropped}, {"drop_reasons", all_drops(st)}};
+  write_metrics(st, line);
   spdlog::info("controller: {} ({} steps, {} samples trained, {} dropped)", why, st.stats.steps, st.stats.trained,
                st.stats.dropped);
   if (st.setup.listener)
-    caf::anon_send(st.setup.listener, done_atom::value, static_cast<int32_t>(code), why);
+    caf::anon_send(st.setup.listener, done_atom::value, code, why);
+}
+
+// Saves the run (trainer state + this controller's record) at the current version.
+// `then` runs once the checkpoint is on disk (true) or failed (false).
+template <class F>
+void save_checkpoint(controller_pointer self, F then) {
+  auto& st = self->state;
+  if (st.setup.checkpoint_dir.empty()) {
+    then(true);
+    return;
+  }
+  st.checkpointing = true;
+  auto record = checkpoint_record(st);
+  self->request(st.setup.trainer, caf::infinite, checkpoint_atom::value, st.setup.checkpoint_dir, record.to_json())
+      .then(
+          [self, then](int64_t version) mutable {
+            self->state.checkpointing = false;
+            spdlog::info("checkpoint of version {} written to {}", version, self->state.setup.checkpoint_dir);
+            then(true);
+          },
+          [self, then](caf::error& err) mutable {
+            self->state.checkpointing = false;
+            spdlog::error("checkpoint failed: {}", describe(err));
+            then(false);
+          });
+}
+
+// Ends the run once no training step is in flight: final checkpoint, then done.
+void end_run(controller_pointer self, int32_t code, const std::string& why) {
+  auto& st = self->state;
+  st.stopping = true;
+  if (st.finished || st.ending)
+    return;
+  st.end_code = code;
+  st.end_why = why;
+  if (st.training || st.checkpointing)
+    return;  // the step's reply (or the checkpoint's) ends the run
+  st.ending = true;
+  save_checkpoint(self, [self](bool ok) {
+    auto& s = self->state;
+    finish(self, ok ? s.end_code : 1, ok ? s.end_why : s.end_why + "; the final checkpoint failed");
+  });
 }
 
 void drop(controller_pointer self, uint64_t group, const std::string& reason) {
   auto& st = self->state;
   st.gate->finish(false);
   st.buffer->drop_sample(group, reason);
-  st.drop_reasons[reason]++;
-}
-
-// Moves dropped groups' counts from the buffer into the stats.
-void sync_drops(controller_pointer self) {
-  auto& st = self->state;
-  int64_t total = 0;
-  for (auto& [reason, n] : st.buffer->dropped())
-    total += n;
-  st.stats.dropped = total;
+  settle_drops(self);
 }
 
 size_t least_loaded_rollout(controller_pointer self) {
   auto& load = self->state.rollout_load;
   return static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+}
+
+void on_scored(controller_pointer self, packed<trajectory>& scored, uint64_t group) {
+  auto& st = self->state;
+  if (st.finished)
+    return;
+  auto decoded = unpack(scored);
+  if (!decoded) {
+    drop(self, group, "unreadable scored trajectory: " + describe(decoded.error()));
+    fill(self);
+    return;
+  }
+  st.gate->finish(true);
+  st.generated_tokens += static_cast<int64_t>(decoded->output_tokens.size());
+  st.window_generated += static_cast<int64_t>(decoded->output_tokens.size());
+  st.buffer->add(std::move(*decoded));
+  settle_drops(self);
+  try_train(self);
+  fill(self);
 }
 
 void dispatch(controller_pointer self, queued_sample sample) {
@@ -98,28 +296,13 @@ void dispatch(controller_pointer self, queued_sample sample) {
             if (st.finished)
               return;
             self->request(st.setup.reward, caf::infinite, std::move(t), std::move(text), *pack(*task))
-                .then(
-                    [self](packed<trajectory>& scored) {
-                      auto& cs = self->state;
-                      if (cs.finished)
-                        return;
-                      auto decoded = unpack(scored);
-                      if (!decoded) {
-                        spdlog::warn("controller: unreadable scored trajectory: {}", describe(decoded.error()));
-                        return;
-                      }
-                      cs.gate->finish(true);
-                      cs.buffer->add(std::move(*decoded));
-                      try_train(self);
-                      fill(self);
-                    },
-                    [self, group](caf::error& err) {
-                      if (self->state.finished)
-                        return;
-                      drop(self, group, "reward service: " + describe(err));
-                      sync_drops(self);
-                      fill(self);
-                    });
+                .then([self, group](packed<trajectory>& scored) { on_scored(self, scored, group); },
+                      [self, group](caf::error& err) {
+                        if (self->state.finished)
+                          return;
+                        drop(self, group, "reward service: " + describe(err));
+                        fill(self);
+                      });
           },
           [self, index, group](caf::error& err) {
             auto& st = self->state;
@@ -127,9 +310,44 @@ void dispatch(controller_pointer self, queued_sample sample) {
             if (st.finished)
               return;
             drop(self, group, "rollout worker: " + describe(err));
-            sync_drops(self);
             fill(self);
           });
+}
+
+// Expands the next prompt (re-queued ones first) into a group of pending samples.
+bool start_group(controller_pointer self) {
+  auto& st = self->state;
+  std::optional<tasks::task_item> item;
+  uint64_t position = 0;
+  if (!st.requeue.empty()) {
+    auto resume_at = st.setup.source->position();
+    position = st.requeue.front();
+    st.requeue.pop_front();
+    st.setup.source->restore(position);
+    item = st.setup.source->next();
+    st.setup.source->restore(resume_at);
+  } else {
+    position = st.setup.source->position();
+    item = st.setup.source->next();
+  }
+  if (!item)
+    return false;
+  auto task = std::make_shared<const reward_task>(item->task);
+  auto ids = st.setup.tokenizer->encode(item->prompt);
+  auto group = st.next_group++;
+  st.open_groups[group] = position;
+  for (int64_t k = 0; k < st.setup.group_size; ++k) {
+    queued_sample s;
+    s.request.prompt_id = item->id;
+    s.request.group_id = group;
+    s.request.sample_index = static_cast<uint32_t>(k);
+    s.request.prompt_tokens = ids;
+    s.request.sampling = st.setup.sampling;
+    s.request.seed = st.setup.seed * 1000003 + group * 131 + static_cast<uint64_t>(k);
+    s.task = task;
+    st.pending.push_back(std::move(s));
+  }
+  return true;
 }
 
 // Starts new groups and admits samples while the staleness gate allows.
@@ -141,25 +359,12 @@ void fill(controller_pointer self) {
       rollouts_full = rollouts_full && load >= st.setup.rollout_slots;
     if (rollouts_full || st.gate->capacity() <= 0)
       return;
-    if (st.pending.empty()) {
-      auto item = st.setup.source->next();
-      if (!item) {
-        st.stopping = true;  // data exhausted: train what remains
-        return;
-      }
-      auto task = std::make_shared<const reward_task>(item->task);
-      auto ids = st.setup.tokenizer->encode(item->prompt);
-      auto group = st.next_group++;
-      for (int64_t k = 0; k < st.setup.group_size; ++k) {
-        queued_sample s;
-        s.request.prompt_id = item->id;
-        s.request.group_id = group;
-        s.request.sample_index = static_cast<uint32_t>(k);
-        s.request.prompt_tokens = ids;
-        s.request.sampling = st.setup.sampling;
-        s.request.seed = st.setup.seed * 1000003 + group * 131 + static_cast<uint64_t>(k);
-        st.pending.push_back({std::move(s.request), task});
-      }
+    if (st.pending.empty() && !start_group(self)) {
+      st.stopping = true;  // data exhausted: train what remains
+      spdlog::info("controller: the prompt stream is exhausted; training what remains");
+      if (st.gate->running() == 0 && !st.training)
+        end_run(self, 0, "the prompt stream is exhausted");
+      return;
     }
     auto sample = std::move(st.pending.front());
     st.pending.pop_front();
@@ -167,51 +372,190 @@ void fill(controller_pointer self) {
   }
 }
 
+// Per-batch facts for the metrics line: lengths, accuracy, staleness per
+// trajectory and per token (in versions behind the policy being trained).
+batch_facts describe_batch(const std::vector<trajectory>& batch, int64_t version) {
+  batch_facts facts;
+  int64_t correct = 0, min_len = INT64_MAX, max_len = 0, tokens = 0, max_traj = 0, max_token = 0;
+  double reward = 0, traj_staleness = 0, token_staleness = 0;
+  std::vector<int64_t> histogram;
+  for (auto& t : batch) {
+    auto n = static_cast<int64_t>(t.output_tokens.size());
+    tokens += n;
+    min_len = std::min(min_len, n);
+    max_len = std::max(max_len, n);
+    reward += t.reward;
+    correct += t.judged == verdict::correct;
+    int64_t oldest = version;
+    for (auto v : t.token_versions) {
+      auto behind = std::max<int64_t>(0, version - v);
+      oldest = std::min(oldest, v);
+      token_staleness += static_cast<double>(behind);
+      max_token = std::max(max_token, behind);
+      if (static_cast<int64_t>(histogram.size()) <= behind)
+        histogram.resize(static_cast<size_t>(behind + 1));
+      histogram[static_cast<size_t>(behind)]++;
+    }
+    traj_staleness += static_cast<double>(version - oldest);
+    max_traj = std::max(max_traj, version - oldest);
+  }
+  auto count = static_cast<double>(std::max<size_t>(1, batch.size()));
+  facts.tokens = tokens;
+  facts.fields = {{"reward_mean", reward / count},
+                  {"accuracy", static_cast<double>(correct) / count},
+                  {"response_tokens_mean", static_cast<double>(tokens) / count},
+                  {"response_tokens_min", batch.empty() ? 0 : min_len},
+                  {"response_tokens_max", max_len},
+                  {"staleness_trajectory_mean", traj_staleness / count},
+                  {"staleness_trajectory_max", max_traj},
+                  {"staleness_token_mean", token_staleness / static_cast<double>(std::max<int64_t>(1, tokens))},
+                  {"staleness_token_max", max_token},
+                  {"staleness_token_histogram", histogram}};
+  return facts;
+}
+
+void request_evaluation(controller_pointer self, const local_weights& weights) {
+  auto& st = self->state;
+  if (!st.setup.evaluator || st.evaluating)
+    return;  // one at a time; a busy evaluator skips this version
+  st.evaluating = true;
+  self->request(st.setup.evaluator, caf::infinite, eval_atom::value, weights)
+      .then(
+          [self](int64_t version, double accuracy, double mean_tokens) {
+            auto& s = self->state;
+            s.evaluating = false;
+            write_metrics(s, {{"event", "eval"},
+                              {"time_s", run_seconds(s)},
+                              {"version", version},
+                              {"accuracy", accuracy},
+                              {"response_tokens_mean", mean_tokens}});
+            spdlog::info("held-out accuracy of version {}: {:.1f}%", version, 100 * accuracy);
+          },
+          [self](caf::error& err) {
+            self->state.evaluating = false;
+            spdlog::warn("evaluation failed: {}", describe(err));
+          });
+}
+
+void on_trained(controller_pointer self, const train_report& report, local_weights& weights,
+                const std::shared_ptr<batch_facts>& facts, int64_t count) {
+  auto& st = self->state;
+  st.training = false;
+  st.stats.steps++;
+  st.stats.trained += count;
+  st.stats.version = report.version;
+  st.stats.max_staleness = std::max(st.stats.max_staleness, report.max_staleness);
+  if (st.stats.steps == 1)
+    st.stats.reward_mean_first = report.reward_mean;
+  st.stats.reward_mean_last = report.reward_mean;
+  st.trained_tokens += report.tokens;
+  st.gate->set_version(report.version);
+  for (auto& r : st.setup.rollouts)
+    self->send(r, weights);
+
+  // The metrics line of this step.
+  auto now = std::chrono::steady_clock::now();
+  auto window = std::max(1e-9, std::chrono::duration<double>(now - st.window_start).count());
+  nlohmann::json line = facts->fields;
+  line["event"] = "step";
+  line["step"] = st.stats.steps;
+  line["version"] = report.version;
+  line["time_s"] = run_seconds(st);
+  line["samples"] = count;
+  line["trained_tokens"] = report.tokens;
+  line["loss"] = report.loss;
+  line["kl"] = report.kl;
+  line["grad_norm"] = report.grad_norm;
+  line["lr"] = report.lr;
+  line["masked_fraction"] =
+      static_cast<double>(report.behaviour_masked) / static_cast<double>(std::max<int64_t>(1, report.tokens));
+  line["generation_tokens_per_s"] = static_cast<double>(st.window_generated) / window;
+  line["training_tokens_per_s"] = static_cast<double>(report.tokens) / std::max(1e-9, report.seconds);
+  line["train_seconds"] = report.seconds;
+  line["weight_publish_s"] = report.publish_seconds;
+  nlohmann::json idle = nlohmann::json::object();
+  if (st.setup.trace) {
+    auto busy = st.setup.trace->busy_seconds();
+    for (auto& [track, seconds] : busy) {
+      idle[track] = std::clamp(1.0 - (seconds - st.window_busy[track]) / window, 0.0, 1.0);
+      st.window_busy[track] = seconds;
+    }
+    auto sync = st.setup.trace->seconds_in("weight sync");
+    line["weight_sync_s"] = sync - st.window_weight_sync;
+    st.window_weight_sync = sync;
+  }
+  line["idle_fraction"] = idle;
+  line["admitted"] = st.stats.admitted;
+  line["trained"] = st.stats.trained;
+  line["dropped"] = st.stats.dropped;
+  line["running"] = st.gate->running();
+  line["buffered"] = st.buffer->ready_trajectories();
+  write_metrics(st, line);
+  st.window_start = now;
+  st.window_generated = 0;
+  spdlog::debug("step {}/{}: version {}, reward {:.3f}, loss {:.4f}, staleness <= {}", st.stats.steps,
+                st.setup.total_steps, report.version, report.reward_mean, report.loss, report.max_staleness);
+
+  bool last = st.stats.steps >= st.setup.total_steps;
+  if (st.setup.eval_every > 0 && st.stats.steps % st.setup.eval_every == 0 && !last)
+    request_evaluation(self, weights);
+  if (last) {
+    end_run(self, 0, "run complete");
+    return;
+  }
+  if (st.stopping && !st.ending && !st.end_why.empty()) {
+    end_run(self, st.end_code, st.end_why);  // a stop arrived during the step
+    return;
+  }
+  if (st.setup.checkpoint_every > 0 && st.stats.steps % st.setup.checkpoint_every == 0)
+    save_checkpoint(self, [self](bool) {
+      auto& s = self->state;
+      if (s.stopping && !s.ending && !s.end_why.empty())
+        end_run(self, s.end_code, s.end_why);
+      else
+        try_train(self);
+    });
+  else
+    try_train(self);
+  fill(self);
+}
+
 void try_train(controller_pointer self) {
   auto& state = self->state;
-  if (state.training || state.finished)
+  if (state.training || state.finished || state.ending || state.checkpointing)
     return;
   // Trained now, the batch produces version v + 1 from version v: tokens older
   // than v - eta would exceed the bound.
-  int64_t stale = 0;
-  auto batch = state.buffer->take_batch(state.setup.batch_size, state.gate->version() - state.setup.eta, &stale);
-  state.gate->discard(stale);
-  sync_drops(self);
-  if (!batch)
+  auto batch = state.buffer->take_batch(state.setup.batch_size, state.gate->version() - state.setup.eta);
+  settle_drops(self);
+  if (!batch) {
+    if (state.stopping && state.gate->running() == 0 && !state.end_why.empty())
+      end_run(self, state.end_code, state.end_why);
+    else if (state.stopping && state.gate->running() == 0 && state.pending.empty())
+      end_run(self, 0, "the prompt stream is exhausted");
     return;
+  }
+  auto facts = std::make_shared<batch_facts>(describe_batch(*batch, state.gate->version()));
   std::vector<packed<trajectory>> packed_batch;
-  for (auto& t : *batch)
+  std::vector<uint64_t> positions;  // of the batch's groups in the prompt stream
+  for (auto& t : *batch) {
+    auto it = state.open_groups.find(t.group_id);
+    if (it != state.open_groups.end()) {
+      positions.push_back(it->second);
+      state.open_groups.erase(it);
+    }
     packed_batch.push_back(*pack(t));
+  }
+  facts->fields["prompt_positions"] = positions;
   auto count = static_cast<int64_t>(batch->size());
   state.training = true;
   self->request(state.setup.trainer, caf::infinite, train_atom::value, std::move(packed_batch))
-      .then(
-          [self, count](train_report& report, local_weights& weights) {
-            auto& st = self->state;
-            st.training = false;
-            st.stats.steps++;
-            st.stats.trained += count;
-            st.stats.version = report.version;
-            st.stats.max_staleness = std::max(st.stats.max_staleness, report.max_staleness);
-            if (st.stats.steps == 1)
-              st.stats.reward_mean_first = report.reward_mean;
-            st.stats.reward_mean_last = report.reward_mean;
-            st.gate->set_version(report.version);
-            for (auto& r : st.setup.rollouts)
-              self->send(r, weights);
-            spdlog::info("step {}/{}: version {}, reward {:.3f}, loss {:.4f}, staleness <= {}", st.stats.steps,
-                         st.setup.total_steps, report.version, report.reward_mean, report.loss, report.max_staleness);
-            if (st.stats.steps >= st.setup.total_steps) {
-              finish(self, 0, "run complete");
-              return;
-            }
-            try_train(self);
-            fill(self);
-          },
-          [self](caf::error& err) {
-            self->state.training = false;
-            finish(self, 1, "the trainer failed: " + describe(err));
-          });
+      .then([self, facts, count](train_report& report,
+                                 local_weights& weights) { on_trained(self, report, weights, facts, count); },
+            [self](caf::error& err) {
+              self->state.training = false;
+              finish(self, 1, "the trainer failed: " + describe(err));
+            });
 }
 
 }  // namespace
@@ -223,7 +567,38 @@ controller_actor spawn_controller(caf::actor_system& sys, controller_setup setup
     state.gate = std::make_unique<staleness_gate>(state.setup.batch_size, state.setup.eta, state.setup.max_concurrent);
     state.buffer = std::make_unique<group_buffer>(state.setup.group_size);
     state.rollout_load.assign(state.setup.rollouts.size(), 0);
-    fill(self);
+    if (!state.setup.metrics_path.empty())
+      state.metrics.open(state.setup.metrics_path, std::ios::app);
+    if (auto& r = state.setup.resume) {
+      // Counters continue; the unfinished groups of the checkpoint are generated again first.
+      state.gate->restore(r->version);
+      state.stats.version = r->version;
+      state.stats.steps = r->steps;
+      state.stats.admitted = r->admitted;
+      state.stats.trained = r->trained;
+      state.stats.dropped = r->dropped;
+      state.stats.max_staleness = r->max_staleness;
+      state.stats.reward_mean_first = r->reward_mean_first;
+      state.stats.reward_mean_last = r->reward_mean_last;
+      state.carried_drops = r->drop_reasons;
+      state.setup.source->restore(r->source_position);
+      state.requeue.assign(r->requeue.begin(), r->requeue.end());
+      state.dropped_positions = r->dropped_positions;
+      state.next_group = r->next_group;
+      state.generated_tokens = r->generated_tokens;
+      state.trained_tokens = r->trained_tokens;
+      state.elapsed_before = r->elapsed_s;
+      write_metrics(state, {{"event", "resume"},
+                            {"time_s", r->elapsed_s},
+                            {"version", r->version},
+                            {"steps", r->steps},
+                            {"source_position", r->source_position},
+                            {"requeued_groups", r->requeue.size()}});
+    }
+    if (state.stats.steps >= state.setup.total_steps)
+      end_run(self, 0, "run complete");
+    else
+      fill(self);
     return {
         [self](stats_atom) {
           auto& st = self->state;
@@ -233,10 +608,7 @@ controller_actor spawn_controller(caf::actor_system& sys, controller_setup setup
           }
           return st.stats;
         },
-        [self](shutdown_atom, std::string& why) {
-          self->state.stopping = true;
-          finish(self, 0, why);
-        },
+        [self](shutdown_atom, std::string& why) { end_run(self, 0, why); },
     };
   });
 }

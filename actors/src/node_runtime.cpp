@@ -13,6 +13,7 @@
 #include <caf/io/middleman.hpp>
 
 #include "areal/actors/node.hpp"
+#include "areal/actors/rl_job.hpp"
 #include "areal/runtime/log.hpp"
 
 namespace areal {
@@ -57,7 +58,12 @@ class exit_watchdog {
 
 }  // namespace
 
-int run_node(const run_config& config, const node_spec& self_spec) {
+bool runs_whole_job(const run_config& config, const node_spec& node) {
+  return config.nodes.size() == 1 && node.has(role::controller) && node.has(role::trainer) &&
+         node.has(role::rollout) && node.has(role::reward);
+}
+
+int run_node(const run_config& config, const node_spec& self_spec, const node_run_options& options) {
   // Stop signals are blocked in every thread (CAF's threads inherit this mask)
   // and taken by one waiter thread, which asks the node to stop. SIGUSR1 only
   // wakes the waiter when the node stopped by itself.
@@ -70,6 +76,42 @@ int run_node(const run_config& config, const node_spec& self_spec) {
 
   exit_watchdog watchdog{std::chrono::seconds(4)};
   int code = exit_failure;
+  if (runs_whole_job(config, self_spec)) {
+    // One process runs every role: the RL job, in-process.
+    std::atomic<bool> stop{false};
+    std::atomic<bool> finished{false};
+    std::thread signal_waiter([&] {
+      int sig = 0;
+      while (sigwait(&signals, &sig) == 0) {
+        if (finished.load())
+          return;
+        if (sig == SIGUSR1)
+          continue;
+        spdlog::info("received {}; stopping the run", sig == SIGINT ? "SIGINT" : "SIGTERM");
+        stop = true;
+      }
+    });
+    {
+      caf::actor_system_config cfg;
+      configure_actor_system(cfg, config.cluster);
+      caf::actor_system sys{cfg};
+      rl_job_options job;
+      job.config = config;
+      job.run_dir = options.run_dir;
+      job.resume = options.resume;
+      job.compute_threads = static_cast<int>(self_spec.compute_threads);
+      job.progress = options.progress;
+      code = run_rl_job(sys, job, stop).exit_code;
+      finished = true;
+      pthread_kill(signal_waiter.native_handle(), SIGUSR1);
+      signal_waiter.join();
+      watchdog.arm(code);
+    }  // the actor system shuts down here
+    spdlog::info("node exited with code {}", code);
+    return code;
+  }
+  if (options.resume)
+    spdlog::warn("--resume applies to single-node runs; this node of a multi-node topology ignores it");
   {
     caf::actor_system_config cfg;
     configure_actor_system(cfg, config.cluster);

@@ -39,9 +39,11 @@ caf::expected<packed<trajectory>> with_verdict(trajectory t, const reward::verif
 
 // A worker runs one verification at a time on its own thread.
 reward_worker_actor::behavior_type reward_worker(reward_worker_actor::pointer,
-                                                 std::shared_ptr<std::atomic<bool>> cancel, scorer_fn scorer) {
-  return {[cancel, scorer](packed<trajectory>& t, std::string& response,
-                           packed<reward_task>& task) -> caf::result<packed<trajectory>> {
+                                                 std::shared_ptr<std::atomic<bool>> cancel, scorer_fn scorer,
+                                                 std::shared_ptr<tracer> trace, std::string track) {
+  return {[cancel, scorer, trace, track](packed<trajectory>& t, std::string& response,
+                                         packed<reward_task>& task) -> caf::result<packed<trajectory>> {
+    tracer::scope span{trace.get(), track, "reward"};
     auto traj = unpack(t);
     if (!traj)
       return std::move(traj.error());
@@ -81,6 +83,7 @@ struct pool_state {
   static inline const char* name = "areal.reward_pool";
   reward_pool_config config;
   std::vector<worker_slot> workers;
+  uint64_t workers_made = 0;
   std::deque<job> queue;
   reward_pool_stats stats;
   std::shared_ptr<std::vector<std::shared_ptr<std::atomic<bool>>>> all_cancels =
@@ -91,7 +94,9 @@ using pool_pointer = reward_pool_actor::stateful_pointer<pool_state>;
 
 worker_slot make_worker(pool_pointer self) {
   auto cancel = std::make_shared<std::atomic<bool>>(false);
-  auto handle = self->system().spawn<caf::detached>(reward_worker, cancel, self->state.config.scorer);
+  auto track = "reward-" + std::to_string(self->state.workers_made++);
+  auto handle = self->system().spawn<caf::detached>(reward_worker, cancel, self->state.config.scorer,
+                                                    self->state.config.trace, track);
   self->link_to(handle);  // workers end with the pool
   self->state.all_cancels->push_back(cancel);
   return {handle, cancel, false};

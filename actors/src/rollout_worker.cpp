@@ -33,16 +33,37 @@ struct rollout_state {
   std::map<uint64_t, pending> in_flight;  // by engine job id
   uint64_t next_job = 0;
   bool stepping = false;
+  bool busy = false;  // counted as busy in the compute share
 };
 
 using rollout_pointer = rollout_actor::stateful_pointer<rollout_state>;
 
 void keep_stepping(rollout_pointer self) {
   auto& st = self->state;
+  if (st.setup.share)
+    st.setup.share->set_busy(st.busy, !st.engine->idle());
   if (!st.stepping && !st.engine->idle()) {
     st.stepping = true;
     self->send(self, step_atom::value);
   }
+}
+
+void deliver(rollout_pointer self, kernels::generation_output& out);
+
+void traced_step(rollout_pointer self) {
+  auto& st = self->state;
+  auto applied_before = st.engine->counters().weight_apply_seconds;
+  auto start = trace_clock_ns();
+  auto outputs = st.engine->step();
+  auto end = trace_clock_ns();
+  if (st.setup.trace) {
+    auto apply_ns = static_cast<int64_t>((st.engine->counters().weight_apply_seconds - applied_before) * 1e9);
+    if (apply_ns > 0)
+      st.setup.trace->span(st.setup.name, "weight sync", start, start + apply_ns);
+    st.setup.trace->span(st.setup.name, "generate", start + apply_ns, end);
+  }
+  for (auto& out : outputs)
+    deliver(self, out);
 }
 
 void deliver(rollout_pointer self, kernels::generation_output& out) {
@@ -104,10 +125,10 @@ rollout_actor::behavior_type rollout_behavior(rollout_pointer self, rollout_setu
       [self](step_atom) {
         auto& st = self->state;
         st.stepping = false;
-        at::set_num_threads(st.setup.compute_threads);  // per thread in ATen; this is the worker's own
+        // Per thread in ATen; this is the worker's own.
+        at::set_num_threads(st.setup.share ? st.setup.share->threads_now() : st.setup.compute_threads);
         try {
-          for (auto& out : st.engine->step())
-            deliver(self, out);
+          traced_step(self);
         } catch (const std::exception& e) {
           spdlog::error("rollout {}: engine step failed: {}; aborting its requests", st.setup.name, e.what());
           for (auto& out : st.engine->abort_all())

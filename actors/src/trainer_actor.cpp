@@ -5,6 +5,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 
 #include <caf/all.hpp>
@@ -18,15 +19,99 @@ struct trainer_state {
   trainer_setup setup;
   std::unique_ptr<kernels::trainer> trainer;
   std::shared_ptr<const at::Tensor> snapshot;  // weights of the current version, never modified
+  bool busy = false;                           // counted as busy in the compute share
+  std::string broken;                          // why the trainer cannot work (a checkpoint failed to load)
 };
 
 using trainer_pointer = trainer_actor::stateful_pointer<trainer_state>;
 
 local_weights current_weights(trainer_pointer self) {
   auto& st = self->state;
-  if (!st.snapshot)
+  if (!st.snapshot) {
+    tracer::scope span{st.setup.trace.get(), "trainer", "weight sync"};
     st.snapshot = std::make_shared<const at::Tensor>(st.setup.model->flat().detach().clone());
+  }
   return {st.trainer->policy_version(), st.snapshot};
+}
+
+// Advantages per group (the samples of one prompt) from shaped rewards.
+std::vector<kernels::rl_sample> to_samples(trainer_pointer self, const std::vector<trajectory>& trajectories,
+                                           train_report& report) {
+  auto& st = self->state;
+  std::map<uint64_t, std::vector<size_t>> groups;
+  for (size_t i = 0; i < trajectories.size(); ++i)
+    groups[trajectories[i].group_id].push_back(i);
+  std::vector<kernels::rl_sample> samples(trajectories.size());
+  int64_t oldest = st.trainer->policy_version();
+  for (auto& [group, members] : groups) {
+    std::vector<double> rewards;
+    for (auto i : members) {
+      auto& t = trajectories[i];
+      rewards.push_back(
+          kernels::shape_reward(t.reward, static_cast<int64_t>(t.output_tokens.size()), st.setup.shaping));
+      report.reward_mean += t.reward;
+    }
+    auto advantages = kernels::group_advantages(rewards, st.setup.estimator);
+    for (size_t k = 0; k < members.size(); ++k) {
+      auto& t = trajectories[members[k]];
+      auto& sample = samples[members[k]];
+      sample.prompt = t.prompt_tokens;
+      sample.response = t.output_tokens;
+      sample.behaviour_logprobs = t.behaviour_logprobs;
+      sample.advantage = advantages[k];
+      for (auto v : t.token_versions)
+        oldest = std::min(oldest, v);
+    }
+  }
+  report.reward_mean /= static_cast<double>(std::max<size_t>(1, trajectories.size()));
+  report.max_staleness = st.trainer->policy_version() - oldest;
+  // Empty responses carry no tokens to train on.
+  samples.erase(std::remove_if(samples.begin(), samples.end(), [](auto& x) { return x.response.empty(); }),
+                samples.end());
+  return samples;
+}
+
+caf::result<train_report, local_weights> train(trainer_pointer self, std::vector<packed<trajectory>>& batch) {
+  auto& st = self->state;
+  std::vector<trajectory> trajectories;
+  for (auto& p : batch) {
+    auto t = unpack(p);
+    if (!t)
+      return std::move(t.error());
+    trajectories.push_back(std::move(*t));
+  }
+  train_report report;
+  auto samples = to_samples(self, trajectories, report);
+  kernels::step_stats stats;
+  if (st.setup.share)
+    st.setup.share->set_busy(st.busy, true);
+  try {
+    tracer::scope span{st.setup.trace.get(), "trainer", "train"};
+    if (!st.setup.share)
+      at::set_num_threads(st.setup.compute_threads);
+    stats = st.trainer->ppo_update(samples);
+  } catch (const std::exception& e) {
+    if (st.setup.share)
+      st.setup.share->set_busy(st.busy, false);
+    return caf::make_error(caf::sec::runtime_error, std::string{"trainer: "} + e.what());
+  }
+  if (st.setup.share)
+    st.setup.share->set_busy(st.busy, false);
+  st.trainer->set_policy_version(st.trainer->policy_version() + 1);
+  st.snapshot.reset();
+  report.version = st.trainer->policy_version();
+  report.loss = stats.loss;
+  report.grad_norm = stats.grad_norm;
+  report.kl = stats.kl;
+  report.lr = stats.lr;
+  report.samples = static_cast<int64_t>(trajectories.size());
+  report.tokens = stats.tokens;
+  report.behaviour_masked = stats.ppo.behaviour_masked;
+  report.seconds = stats.seconds;
+  auto publish_start = std::chrono::steady_clock::now();
+  auto weights = current_weights(self);
+  report.publish_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - publish_start).count();
+  return caf::result<train_report, local_weights>(report, std::move(weights));
 }
 
 }  // namespace
@@ -34,71 +119,42 @@ local_weights current_weights(trainer_pointer self) {
 trainer_actor spawn_trainer(caf::actor_system& sys, trainer_setup setup) {
   return sys.spawn<caf::detached>(
       [setup = std::move(setup)](trainer_pointer self) mutable -> trainer_actor::behavior_type {
-        self->state.setup = std::move(setup);
-        auto& config = self->state.setup;
-        self->state.trainer = std::make_unique<kernels::trainer>(*config.model, config.config);
-        self->state.trainer->set_policy_version(config.initial_version);
+        auto& st = self->state;
+        st.setup = std::move(setup);
+        st.trainer = std::make_unique<kernels::trainer>(*st.setup.model, st.setup.config);
+        if (auto share = st.setup.share)
+          st.trainer->set_thread_count([share] { return share->threads_now(); });
+        st.trainer->set_policy_version(st.setup.initial_version);
+        if (!st.setup.resume_from.empty()) {
+          try {
+            st.trainer->load_checkpoint(st.setup.resume_from);
+          } catch (const std::exception& e) {
+            st.broken = e.what();  // every request is answered with it
+          }
+        }
         return {
             [self](train_atom, std::vector<packed<trajectory>>& batch) -> caf::result<train_report, local_weights> {
-              auto& st = self->state;
-              at::set_num_threads(st.setup.compute_threads);
-              std::vector<trajectory> trajectories;
-              for (auto& p : batch) {
-                auto t = unpack(p);
-                if (!t)
-                  return std::move(t.error());
-                trajectories.push_back(std::move(*t));
-              }
-              // Advantages per group (the samples of one prompt), from shaped rewards.
-              std::map<uint64_t, std::vector<size_t>> groups;
-              for (size_t i = 0; i < trajectories.size(); ++i)
-                groups[trajectories[i].group_id].push_back(i);
-              std::vector<kernels::rl_sample> samples(trajectories.size());
-              train_report report;
-              int64_t oldest = st.trainer->policy_version();
-              for (auto& [group, members] : groups) {
-                std::vector<double> rewards;
-                for (auto i : members) {
-                  auto& t = trajectories[i];
-                  rewards.push_back(
-                      kernels::shape_reward(t.reward, static_cast<int64_t>(t.output_tokens.size()), st.setup.shaping));
-                  report.reward_mean += t.reward;
-                }
-                auto advantages = kernels::group_advantages(rewards, st.setup.estimator);
-                for (size_t k = 0; k < members.size(); ++k) {
-                  auto& t = trajectories[members[k]];
-                  auto& sample = samples[members[k]];
-                  sample.prompt = t.prompt_tokens;
-                  sample.response = t.output_tokens;
-                  sample.behaviour_logprobs = t.behaviour_logprobs;
-                  sample.advantage = advantages[k];
-                  for (auto v : t.token_versions)
-                    oldest = std::min(oldest, v);
-                }
-              }
-              // Empty responses carry no tokens to train on.
-              samples.erase(std::remove_if(samples.begin(), samples.end(), [](auto& x) { return x.response.empty(); }),
-                            samples.end());
-              kernels::step_stats stats;
-              try {
-                stats = st.trainer->ppo_update(samples);
-              } catch (const std::exception& e) {
-                return caf::make_error(caf::sec::runtime_error, std::string{"trainer: "} + e.what());
-              }
-              st.trainer->set_policy_version(st.trainer->policy_version() + 1);
-              st.snapshot.reset();
-              report.version = st.trainer->policy_version();
-              report.loss = stats.loss;
-              report.grad_norm = stats.grad_norm;
-              report.reward_mean /= std::max<size_t>(1, trajectories.size());
-              report.samples = static_cast<int64_t>(trajectories.size());
-              report.tokens = stats.tokens;
-              report.behaviour_masked = stats.ppo.behaviour_masked;
-              report.max_staleness = report.version - 1 - oldest;
-              report.seconds = stats.seconds;
-              return caf::result<train_report, local_weights>(report, current_weights(self));
+              if (!self->state.broken.empty())
+                return caf::make_error(caf::sec::runtime_error, "trainer: " + self->state.broken);
+              return train(self, batch);
             },
-            [self](weights_atom) { return current_weights(self); },
+            [self](weights_atom) -> caf::result<local_weights> {
+              if (!self->state.broken.empty())
+                return caf::make_error(caf::sec::runtime_error, "trainer: " + self->state.broken);
+              return current_weights(self);
+            },
+            [self](checkpoint_atom, std::string& directory,
+                   std::string& controller_state) -> caf::result<int64_t> {
+              auto& s = self->state;
+              try {
+                tracer::scope span{s.setup.trace.get(), "trainer", "checkpoint"};
+                s.trainer->save_checkpoint(directory, {{"controller_state.json", controller_state}});
+              } catch (const std::exception& e) {
+                return caf::make_error(caf::sec::runtime_error,
+                                       "trainer: cannot save the checkpoint in " + directory + ": " + e.what());
+              }
+              return s.trainer->policy_version();
+            },
         };
       });
 }

@@ -98,8 +98,11 @@ void generation_engine::apply_pending_update() {
   if (!config_.interrupt_on_update && !active_.empty())
     return;  // waiting mode: the swap happens once the in-flight sequences are done
   {
+    auto start = std::chrono::steady_clock::now();
     at::NoGradGuard no_grad;
     model_.flat().copy_(pending_update_->second);
+    counters_.weight_apply_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    counters_.weight_updates++;
   }
   version_ = pending_update_->first;
   pending_update_.reset();

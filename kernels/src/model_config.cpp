@@ -133,7 +133,13 @@ model_config preset(const std::string& name, int64_t vocab_size) {
   c.vocab_size = vocab_size;
   c.max_position_embeddings = 2048;
   c.tie_word_embeddings = true;
-  if (name == "tiny") {
+  if (name == "micro") {
+    c.hidden_size = 64;
+    c.intermediate_size = 176;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+  } else if (name == "tiny") {
     c.hidden_size = 256;
     c.intermediate_size = 704;
     c.num_hidden_layers = 4;
@@ -146,7 +152,7 @@ model_config preset(const std::string& name, int64_t vocab_size) {
     c.num_attention_heads = 8;
     c.num_key_value_heads = 4;
   } else {
-    throw format_error("unknown model preset \"" + name + "\"; use tiny or small");
+    throw format_error("unknown model preset \"" + name + "\"; use micro, tiny or small");
   }
   c.validate("preset " + name);
   return c;

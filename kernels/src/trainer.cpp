@@ -1,5 +1,7 @@
 #include "areal/kernels/trainer.hpp"
 
+#include <ATen/Parallel.h>
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -74,6 +76,8 @@ std::vector<std::vector<size_t>> trainer::plan(const std::vector<sequence_ref>& 
 
 at::Tensor trainer::micro_batch_logprobs(const std::vector<sequence_ref>& seqs, const std::vector<size_t>& members,
                                          int64_t* computed_tokens) {
+  if (thread_count_)
+    at::set_num_threads(std::max(1, thread_count_()));
   // Packed: sequences back to back. Padded: each extended with token 0 to the
   // micro-batch's longest, so that padding costs what it costs.
   int64_t longest = 0;
@@ -291,7 +295,15 @@ step_stats trainer::sft_update(const std::vector<sft_sample>& batch) {
   return stats;
 }
 
-void trainer::save_checkpoint(const std::string& directory) const {
+std::string trainer::complete_checkpoint(const std::string& directory) {
+  if (fs::exists(fs::path{directory} / "trainer_state.json"))
+    return directory;
+  if (fs::exists(fs::path{directory + ".old"} / "trainer_state.json"))
+    return directory + ".old";
+  return {};
+}
+
+void trainer::save_checkpoint(const std::string& directory, const std::map<std::string, std::string>& extra_files) const {
   // Write everything into a fresh sibling directory, then swap it into place:
   // at every moment either the old or the new checkpoint is complete on disk.
   fs::path target{directory};
@@ -310,6 +322,13 @@ void trainer::save_checkpoint(const std::string& directory) const {
                       {"policy_version", version_},         {"skipped_total", skipped_total_},
                       {"skipped_in_row", skipped_in_row_},  {"rng", rng.str()},
                       {"parameters", model_.flat().numel()}};
+  for (auto& [name, contents] : extra_files) {
+    std::ofstream extra(fresh / name);
+    extra << contents;
+    if (!extra)
+      throw training_error((fresh / name).string() + ": cannot write the checkpoint");
+  }
+  // Written last: its presence marks a complete checkpoint.
   std::ofstream(fresh / "trainer_state.json") << j.dump(2) << "\n";
   std::error_code ec;
   fs::remove_all(old, ec);
@@ -320,9 +339,8 @@ void trainer::save_checkpoint(const std::string& directory) const {
 }
 
 void trainer::load_checkpoint(const std::string& directory) {
-  fs::path dir{directory};
-  if (!fs::exists(dir / "trainer_state.json") && fs::exists(directory + ".old"))
-    dir = directory + ".old";  // the process died between the two renames of a save
+  auto complete = complete_checkpoint(directory);
+  fs::path dir{complete.empty() ? directory : complete};
   std::ifstream in(dir / "trainer_state.json");
   if (!in)
     throw training_error(directory + ": no trainer_state.json; not a trainer checkpoint");

@@ -7,7 +7,7 @@ namespace areal {
 
 std::string usage() {
   return R"(usage: areal --config FILE [--node NAME] [--role ROLE[,ROLE...]] [--set KEY=VALUE]...
-             [--run-dir DIR] [--log-level LEVEL]
+             [--run-dir DIR] [--resume] [--log-level LEVEL]
        areal --help | --help-config | --version
 
 Runs one node of an areal topology: one CAF actor system per process.
@@ -17,9 +17,10 @@ Runs one node of an areal topology: one CAF actor system per process.
                     with --node it replaces that node's roles, alone it picks the node with these roles
   --set KEY=VALUE   override any key, e.g. --set run.hold_s=5 --set nodes.worker.port=7101
   --run-dir DIR     where outputs go (default: run.output_dir/run.name)
+  --resume          continue the run from the checkpoint in its run directory
   --log-level L     trace, debug, info (default), warn, error
   --help-config     list every configuration key with its type, range and default
-Exit codes: 0 run finished or stopped by a signal, 2 bad command line or configuration,
+Exit codes: 0 run finished or stopped by a signal (a checkpoint is written), 2 bad command line or configuration,
             3 could not reach a peer, 4 lost the controller, 5 refused by a peer, 1 other failure.
 )";
 }
@@ -82,6 +83,8 @@ cli_result parse_cli(int argc, const char* const* argv) {
       if (!value(v) || v.empty())
         return fail("--run-dir needs a directory");
       o.run_dir = v;
+    } else if (arg == "--resume") {
+      o.resume = true;
     } else if (arg == "--log-level") {
       if (!value(v) || (v != "trace" && v != "debug" && v != "info" && v != "warn" && v != "error"))
         return fail("--log-level needs one of trace, debug, info, warn, error");

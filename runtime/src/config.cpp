@@ -207,8 +207,8 @@ const std::vector<section_spec>& schema() {
             std::string{"tiny"},
             -INFINITY,
             INFINITY,
-            {"tiny", "small"},
-            "model shape when no path is given (tiny: about 3 M parameters, small: about 25 M)"},
+            {"micro", "tiny", "small"},
+            "model shape when no path is given (micro: about 0.1 M parameters, tiny: about 3 M, small: about 25 M)"},
            {"path",
             kind::string,
             std::string{"-"},
@@ -280,6 +280,67 @@ const std::vector<section_spec>& schema() {
             INFINITY,
             {},
             "countdown answers must use every given number"},
+       }},
+      {"task",
+       false,
+       "The training and evaluation prompts: a seeded generator or JSONL files.",
+       {
+           {"kind", kind::string, std::string{"running_sums"}, -INFINITY, INFINITY, {"running_sums", "jsonl"},
+            "running_sums: the built-in generator; jsonl: train_path and eval_path"},
+           {"train_path", kind::string, std::string{"-"}, -INFINITY, INFINITY, {}, "JSONL training prompts (kind jsonl)"},
+           {"eval_path", kind::string, std::string{"-"}, -INFINITY, INFINITY, {},
+            "JSONL held-out prompts (kind jsonl; - : the first eval.prompts training items are held out)"},
+           {"max_value", kind::integer, int64_t{9}, 1, 1e6, {}, "running sums: largest term"},
+           {"median_terms", kind::number, 3.0, 2, 64, {}, "running sums: median number of terms (log-normal)"},
+           {"max_terms", kind::integer, int64_t{8}, 2, 64, {}, "running sums: most terms"},
+           {"truncated_fraction", kind::number, 0.0, 0, 1, {},
+            "running sums: share of SFT demonstrations that stop one partial sum short (RL teaches to finish)"},
+       }},
+      {"sft",
+       false,
+       "The supervised warm start on worked solutions, before RL.",
+       {
+           {"steps", kind::integer, int64_t{400}, 0, 1e7, {}, "optimizer steps (0: no warm start)"},
+           {"batch_size", kind::integer, int64_t{32}, 1, 1e5, {}, "demonstrations per step"},
+           {"lr", kind::number, 2e-3, 0, 1, {}, "peak learning rate (cosine decay to a tenth)"},
+           {"warmup_steps", kind::integer, int64_t{20}, 0, 1e7, {}, "linear warmup steps"},
+       }},
+      {"rl",
+       false,
+       "Reinforcement learning: the pipeline, the staleness bound and the decoupled PPO objective.",
+       {
+           {"mode", kind::string, std::string{"async"}, -INFINITY, INFINITY, {"async", "sync"},
+            "async: rollout and trainer run concurrently under eta; sync: they alternate (eta = 0)"},
+           {"steps", kind::integer, int64_t{60}, 0, 1e7, {}, "training steps (policy versions) of the run"},
+           {"eta", kind::integer, int64_t{2}, 0, 1000, {}, "staleness bound in versions (async mode)"},
+           {"group_size", kind::integer, int64_t{8}, 1, 4096, {}, "samples per prompt (one group)"},
+           {"batch_size", kind::integer, int64_t{64}, 1, 1e6, {},
+            "trajectories per training step; a multiple of group_size"},
+           {"max_new_tokens", kind::integer, int64_t{96}, 1, 1e6, {}, "longest response"},
+           {"temperature", kind::number, 1.0, 0.01, 100, {}, "sampling temperature (the trainer uses the same)"},
+           {"lr", kind::number, 1e-4, 0, 1, {}, "learning rate (constant after warmup)"},
+           {"warmup_steps", kind::integer, int64_t{0}, 0, 1e7, {}, "linear warmup steps"},
+           {"estimator", kind::string, std::string{"grpo"}, -INFINITY, INFINITY, {"grpo", "dr_grpo", "rloo"},
+            "group-relative advantage estimator"},
+           {"clip", kind::number, 0.2, 0, 10, {}, "PPO clip range epsilon"},
+           {"behaviour_cap", kind::number, 5.0, 1, 1e6, {},
+            "tokens whose importance weight pi_prox/pi_behav exceeds this are masked"},
+           {"decoupled", kind::boolean, true, -INFINITY, INFINITY, {},
+            "decoupled PPO (behaviour, proximal, current policy); false: plain PPO anchored at the behaviour policy"},
+           {"ppo_minibatches", kind::integer, int64_t{1}, 1, 1024, {}, "optimizer steps per training batch"},
+           {"max_tokens_per_mb", kind::integer, int64_t{4096}, 16, 1e9, {}, "token budget of one packed micro-batch"},
+           {"rollout_workers", kind::integer, int64_t{1}, 1, 1024, {}, "generation engines on this node"},
+           {"rollout_slots", kind::integer, int64_t{64}, 1, 1e5, {}, "sequences one engine decodes together"},
+           {"max_concurrent", kind::integer, int64_t{128}, 1, 1e6, {}, "requests in flight over all engines"},
+           {"checkpoint_every", kind::integer, int64_t{20}, 0, 1e7, {},
+            "steps between run checkpoints (0: only at the end and on SIGINT)"},
+       }},
+      {"eval",
+       false,
+       "Held-out evaluation with greedy decoding.",
+       {
+           {"prompts", kind::integer, int64_t{256}, 0, 1e7, {}, "held-out prompts (0: no evaluation)"},
+           {"every", kind::integer, int64_t{20}, 0, 1e7, {}, "steps between evaluations (0: before and after only)"},
        }},
       {"nodes",
        true,
@@ -620,6 +681,17 @@ void check_topology(toml::table& root, context& ctx) {
     ctx.fail(ctx.where(root["cluster"]["connection_timeout_ms"].node()), "cluster.connection_timeout_ms",
              "must exceed cluster.heartbeat_interval_ms (" + std::to_string(*heartbeat) +
                  "), or every peer is declared lost between two heartbeats");
+  auto group = root["rl"]["group_size"].value<int64_t>();
+  auto batch = root["rl"]["batch_size"].value<int64_t>();
+  if (group && batch && *batch % *group != 0)
+    ctx.fail(ctx.where(root["rl"]["batch_size"].node()), "rl.batch_size",
+             std::to_string(*batch) + " is not a multiple of rl.group_size (" + std::to_string(*group) +
+                 "): a batch holds whole groups; use e.g. " + std::to_string(std::max<int64_t>(1, *batch / *group) * *group));
+  auto kind = root["task"]["kind"].value<std::string>();
+  auto train = root["task"]["train_path"].value<std::string>();
+  if (kind && *kind == "jsonl" && train && *train == "-")
+    ctx.fail(ctx.where(root["task"]["kind"].node()), "task.kind",
+             "jsonl needs task.train_path (a JSONL file of prompts); set it, or use kind = \"running_sums\"");
 }
 
 run_config extract(const toml::table& root, const std::string& source) {
@@ -652,6 +724,45 @@ run_config extract(const toml::table& root, const std::string& source) {
   c.reward.output_kb = static_cast<uint64_t>(reward["output_kb"].value_or(int64_t{1024}));
   c.reward.math_relative_tolerance = reward["math_relative_tolerance"].value_or(1e-4);
   c.reward.countdown_use_all_numbers = reward["countdown_use_all_numbers"].value_or(false);
+  auto task = root["task"];
+  c.task.kind = task["kind"].value_or(std::string{});
+  c.task.train_path = task["train_path"].value_or(std::string{});
+  c.task.eval_path = task["eval_path"].value_or(std::string{});
+  for (auto* path : {&c.task.train_path, &c.task.eval_path})
+    if (*path == "-")
+      path->clear();
+  c.task.max_value = task["max_value"].value_or(int64_t{9});
+  c.task.median_terms = task["median_terms"].value_or(3.0);
+  c.task.max_terms = task["max_terms"].value_or(int64_t{8});
+  c.task.truncated_fraction = task["truncated_fraction"].value_or(0.0);
+  auto sft = root["sft"];
+  c.sft.steps = sft["steps"].value_or(int64_t{0});
+  c.sft.batch_size = sft["batch_size"].value_or(int64_t{32});
+  c.sft.lr = sft["lr"].value_or(2e-3);
+  c.sft.warmup_steps = sft["warmup_steps"].value_or(int64_t{0});
+  auto rl = root["rl"];
+  c.rl.synchronous = rl["mode"].value_or(std::string{}) == "sync";
+  c.rl.steps = rl["steps"].value_or(int64_t{0});
+  c.rl.eta = rl["eta"].value_or(int64_t{0});
+  c.rl.group_size = rl["group_size"].value_or(int64_t{1});
+  c.rl.batch_size = rl["batch_size"].value_or(int64_t{1});
+  c.rl.max_new_tokens = rl["max_new_tokens"].value_or(int64_t{1});
+  c.rl.temperature = rl["temperature"].value_or(1.0);
+  c.rl.lr = rl["lr"].value_or(0.0);
+  c.rl.warmup_steps = rl["warmup_steps"].value_or(int64_t{0});
+  c.rl.estimator = rl["estimator"].value_or(std::string{});
+  c.rl.clip = rl["clip"].value_or(0.2);
+  c.rl.behaviour_cap = rl["behaviour_cap"].value_or(5.0);
+  c.rl.decoupled = rl["decoupled"].value_or(true);
+  c.rl.ppo_minibatches = rl["ppo_minibatches"].value_or(int64_t{1});
+  c.rl.max_tokens_per_mb = rl["max_tokens_per_mb"].value_or(int64_t{4096});
+  c.rl.rollout_workers = rl["rollout_workers"].value_or(int64_t{1});
+  c.rl.rollout_slots = rl["rollout_slots"].value_or(int64_t{64});
+  c.rl.max_concurrent = rl["max_concurrent"].value_or(int64_t{128});
+  c.rl.checkpoint_every = rl["checkpoint_every"].value_or(int64_t{0});
+  auto eval = root["eval"];
+  c.eval.prompts = eval["prompts"].value_or(int64_t{0});
+  c.eval.every = eval["every"].value_or(int64_t{0});
   for (auto& entry : *root["nodes"].as_array()) {
     auto& t = *entry.as_table();
     node_spec n;

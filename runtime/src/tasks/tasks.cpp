@@ -30,6 +30,11 @@ class running_sum_source : public task_source {
         item.worked_solution += (i > 1 ? ";" : "") + std::to_string(sum);
     }
     item.prompt += "=";
+    if (options_.truncated_fraction > 0 &&
+        std::uniform_real_distribution<double>(0, 1)(rng_) < options_.truncated_fraction) {
+      auto last = item.worked_solution.rfind(';');
+      item.worked_solution.resize(last == std::string::npos ? 0 : last);
+    }
     item.task.kind = task_kind::math;
     item.task.references = {std::to_string(sum)};
     ++position_;
@@ -82,6 +87,8 @@ task_kind parse_kind(const std::string& s, const std::string& where) {
 std::unique_ptr<task_source> running_sum_generator(running_sum_options options) {
   if (options.median_terms < 2 || options.max_terms < 2 || options.max_value < 1)
     throw std::invalid_argument("running sums need at least 2 terms and positive values");
+  if (!(options.truncated_fraction >= 0 && options.truncated_fraction <= 1))
+    throw std::invalid_argument("running sums: truncated_fraction must lie in [0, 1]");
   return std::make_unique<running_sum_source>(options);
 }
 

@@ -73,6 +73,15 @@ class group_buffer {
   std::optional<std::vector<trajectory>> take_batch(int64_t batch_size, int64_t min_version = INT64_MIN,
                                                     int64_t* stale_dropped = nullptr);
 
+  /// A group that left the buffer without being trained (dropped whole): its id
+  /// and how many of its samples had been delivered (they counted as accepted).
+  struct closed_group {
+    uint64_t group_id;
+    int64_t delivered;
+  };
+  /// The groups dropped since the last call.
+  std::vector<closed_group> take_dropped_groups();
+
   int64_t ready_trajectories() const;
   int64_t pending_groups() const { return static_cast<int64_t>(partial_.size()); }
   /// Trajectories dropped with their group, by reason.
@@ -90,6 +99,7 @@ class group_buffer {
   std::map<uint64_t, partial_group> partial_;
   std::deque<std::vector<trajectory>> complete_;
   std::map<std::string, int64_t> dropped_;
+  std::vector<closed_group> newly_dropped_;
 };
 
 }  // namespace areal

@@ -2,10 +2,20 @@
 // admits them under the staleness bound, dispatches them to rollout workers by
 // free capacity, routes finished trajectories through the reward pool into the
 // group buffer, hands the trainer a batch as soon as one is complete, and sends
-// every new version's weights to the rollout workers.
+// every new version's weights to the rollout workers. It writes the run's
+// metrics (one JSON line per step and per evaluation) and its checkpoints.
+//
+// Accounting: every admitted sample ends trained, or dropped with a reason.
+// At a checkpoint the groups started but not yet trained are recorded by their
+// position in the prompt stream; a resumed run generates them again first
+// (with the newest weights), then continues the stream where it stopped: no
+// prompt is trained twice or skipped.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include <caf/actor.hpp>
@@ -13,9 +23,34 @@
 
 #include "areal/actors/interfaces.hpp"
 #include "areal/kernels/tokenizer.hpp"
+#include "areal/runtime/trace.hpp"
 #include "areal/tasks/tasks.hpp"
 
 namespace areal {
+
+/// The controller's part of a run checkpoint (controller_state.json next to the trainer's state).
+struct controller_checkpoint {
+  int64_t version = 0;
+  int64_t steps = 0;
+  int64_t admitted = 0;  // = trained + dropped: unfinished work is re-queued, not counted
+  int64_t trained = 0;
+  int64_t dropped = 0;
+  std::map<std::string, int64_t> drop_reasons;
+  int64_t max_staleness = 0;
+  double reward_mean_first = 0;
+  double reward_mean_last = 0;
+  uint64_t source_position = 0;   // prompts taken from the stream
+  std::vector<uint64_t> requeue;  // stream positions of groups started but not trained
+  std::vector<uint64_t> dropped_positions;  // stream positions of the groups dropped (with a reason)
+  uint64_t next_group = 0;
+  int64_t generated_tokens = 0;
+  int64_t trained_tokens = 0;
+  double elapsed_s = 0;  // run time before this checkpoint
+
+  std::string to_json() const;
+  /// Throws std::invalid_argument naming `where` when the text is not a controller checkpoint.
+  static controller_checkpoint from_json(const std::string& text, const std::string& where);
+};
 
 struct controller_setup {
   std::unique_ptr<tasks::task_source> source;
@@ -31,6 +66,13 @@ struct controller_setup {
   std::vector<rollout_actor> rollouts;
   reward_pool_actor reward;
   trainer_actor trainer;
+  evaluator_actor evaluator;  // optional: evaluates every eval_every steps
+  int64_t eval_every = 0;
+  std::string metrics_path;    // JSON lines appended here; empty: no metrics file
+  std::string checkpoint_dir;  // empty: no checkpoints
+  int64_t checkpoint_every = 0;  // steps; 0: only when the run ends or stops
+  std::optional<controller_checkpoint> resume;
+  std::shared_ptr<tracer> trace;
   /// Receives (done_atom, int32_t exit_code, std::string why) once, when the run ends.
   caf::actor listener;
 };

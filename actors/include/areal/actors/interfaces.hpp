@@ -81,6 +81,7 @@ using rollout_actor = caf::typed_actor<
 
 using train_atom = caf::atom_constant<caf::atom("train")>;
 using weights_atom = caf::atom_constant<caf::atom("weights")>;
+using checkpoint_atom = caf::atom_constant<caf::atom("checkpoint")>;
 
 /// What one training step did.
 struct train_report {
@@ -92,13 +93,16 @@ struct train_report {
   int64_t tokens = 0;
   int64_t behaviour_masked = 0;  // tokens whose importance weight exceeded the cap
   int64_t max_staleness = 0;     // newest version minus the oldest token version in the batch
-  double seconds = 0;
+  double seconds = 0;            // the whole step: proximal pass, gradients, optimizer
+  double kl = 0;                 // mean KL(pi_theta || pi_ref) estimate, when a reference is used
+  double lr = 0;
+  double publish_seconds = 0;    // snapshot of the new weights for the rollout workers
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, train_report& x) {
   return f(caf::meta::type_name("areal.train_report"), x.version, x.loss, x.grad_norm, x.reward_mean, x.samples,
-           x.tokens, x.behaviour_masked, x.max_staleness, x.seconds);
+           x.tokens, x.behaviour_masked, x.max_staleness, x.seconds, x.kl, x.lr, x.publish_seconds);
 }
 
 /// The TRAINER interface: decoupled PPO on its own thread.
@@ -108,7 +112,18 @@ using trainer_actor = caf::typed_actor<
     // The reply reports the step and carries the new weights for local rollout workers.
     caf::replies_to<train_atom, std::vector<packed<trajectory>>>::with<train_report, local_weights>,
     // The current weights and version (for a worker that joins).
-    caf::replies_to<weights_atom>::with<local_weights>>;
+    caf::replies_to<weights_atom>::with<local_weights>,
+    // Save a checkpoint of the current version into the directory (atomically),
+    // with the controller's state of the same step as a file in it. The reply is
+    // the version saved.
+    caf::replies_to<checkpoint_atom, std::string, std::string>::with<int64_t>>;
+
+using eval_atom = caf::atom_constant<caf::atom("eval")>;
+
+/// The EVALUATOR interface: greedy decoding on the held-out prompts.
+using evaluator_actor = caf::typed_actor<
+    // Evaluate these weights; the reply is (version, accuracy in [0, 1], mean response tokens).
+    caf::replies_to<eval_atom, local_weights>::with<int64_t, double, double>>;
 
 /// Counters of the controller: every admitted sample ends trained or dropped.
 struct controller_stats {

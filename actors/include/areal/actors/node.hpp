@@ -50,8 +50,19 @@ node_actor spawn_node(caf::actor_system& sys, node_setup setup);
 /// This node's handshake record.
 node_hello make_hello(const node_setup& setup);
 
+struct node_run_options {
+  std::string run_dir;    // the run's output directory
+  bool resume = false;    // continue from the checkpoint in run_dir
+  bool progress = true;   // the live progress line on stderr
+};
+
+/// True when this node runs the whole job in one process (a single-node
+/// topology with every role): the RL job of rl_job.hpp.
+bool runs_whole_job(const run_config& config, const node_spec& node);
+
 /// Runs a whole node process: actor system, publishing, signal handling
-/// (SIGINT/SIGTERM stop the node cleanly) and shutdown. Returns the exit code.
-int run_node(const run_config& config, const node_spec& self);
+/// (SIGINT/SIGTERM stop the node cleanly; a run writes its checkpoint first)
+/// and shutdown. Returns the exit code.
+int run_node(const run_config& config, const node_spec& self, const node_run_options& options);
 
 }  // namespace areal

@@ -12,6 +12,7 @@
 #include <caf/actor_system.hpp>
 
 #include "areal/actors/interfaces.hpp"
+#include "areal/runtime/trace.hpp"
 #include "areal/reward/score.hpp"
 #include "areal/runtime/config.hpp"
 
@@ -26,6 +27,7 @@ struct reward_pool_config {
   std::function<reward::verification(const std::string& response, const reward_task& task,
                                      const std::atomic<bool>& cancel)>
       scorer;
+  std::shared_ptr<tracer> trace;  // optional: a span "reward" per verification, one track per worker
 };
 
 /// The pool configuration of a run's [reward] section.

@@ -7,9 +7,11 @@
 
 #include <caf/actor_system.hpp>
 
+#include "areal/actors/compute_share.hpp"
 #include "areal/actors/interfaces.hpp"
 #include "areal/kernels/engine.hpp"
 #include "areal/kernels/tokenizer.hpp"
+#include "areal/runtime/trace.hpp"
 
 namespace areal {
 
@@ -18,8 +20,10 @@ struct rollout_setup {
   std::shared_ptr<kernels::policy_model> model;  // owned by the worker from now on
   std::shared_ptr<const kernels::tokenizer> tokenizer;
   kernels::engine_config engine;
-  int compute_threads = 1;  // at::set_num_threads on the worker's thread
+  int compute_threads = 1;  // at::set_num_threads on the worker's thread, unless `share` is set
   int64_t initial_version = 0;
+  std::shared_ptr<compute_share> share;  // optional: the node's cores, shared with the trainer
+  std::shared_ptr<tracer> trace;         // optional: spans "generate" and "weight sync"
 };
 
 rollout_actor spawn_rollout(caf::actor_system& sys, rollout_setup setup);

@@ -2,11 +2,14 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include <caf/actor_system.hpp>
 
+#include "areal/actors/compute_share.hpp"
 #include "areal/actors/interfaces.hpp"
 #include "areal/kernels/trainer.hpp"
+#include "areal/runtime/trace.hpp"
 
 namespace areal {
 
@@ -15,8 +18,11 @@ struct trainer_setup {
   kernels::trainer_config config;
   kernels::advantage_estimator estimator = kernels::advantage_estimator::grpo;
   kernels::reward_shaping shaping;
-  int compute_threads = 1;
+  int compute_threads = 1;  // at::set_num_threads on the trainer's thread, unless `share` is set
   int64_t initial_version = 0;
+  std::string resume_from;               // a checkpoint directory to load first (empty: none)
+  std::shared_ptr<compute_share> share;  // optional: the node's cores, shared with the rollout workers
+  std::shared_ptr<tracer> trace;         // optional: spans "train", "checkpoint", "weight sync"
 };
 
 trainer_actor spawn_trainer(caf::actor_system& sys, trainer_setup setup);

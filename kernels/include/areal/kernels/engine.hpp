@@ -66,6 +66,8 @@ struct engine_counters {
   uint64_t reprefill_tokens = 0;  // tokens processed again after an interruption
   uint64_t interruptions = 0;
   double forward_seconds = 0;
+  double weight_apply_seconds = 0;  // copying new weights into the model
+  uint64_t weight_updates = 0;
 };
 
 class generation_engine {

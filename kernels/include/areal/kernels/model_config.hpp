@@ -42,7 +42,8 @@ model_config load_model_config(const std::string& path);
 /// The config.json text of a configuration.
 std::string to_config_json(const model_config& c);
 
-/// Tiny presets for CPU work: "tiny" (about 3 M parameters) and "small" (about 25 M).
+/// Presets for CPU work: "micro" (about 0.1 M parameters, for tests), "tiny"
+/// (about 3 M) and "small" (about 25 M).
 model_config preset(const std::string& name, int64_t vocab_size);
 
 }  // namespace areal::kernels

@@ -12,6 +12,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -101,9 +103,14 @@ class trainer {
   /// One supervised step: cross-entropy on response tokens (prompt masked), token mean.
   step_stats sft_update(const std::vector<sft_sample>& batch);
 
-  /// Weights (Hugging Face layout, loadable by the engine), optimizer state, counters, RNG.
+  /// Weights (Hugging Face layout, loadable by the engine), optimizer state, counters, RNG,
+  /// plus `extra_files` (name -> contents, e.g. the controller's state of the same step).
   /// Atomic: a crash mid-write leaves the previous checkpoint usable.
-  void save_checkpoint(const std::string& directory) const;
+  void save_checkpoint(const std::string& directory, const std::map<std::string, std::string>& extra_files = {}) const;
+  /// The directory holding the complete checkpoint saved as `directory` (it is
+  /// directory.old when a process died between the two renames of a save), or
+  /// empty when there is none.
+  static std::string complete_checkpoint(const std::string& directory);
   /// Restores everything save_checkpoint wrote; a following update continues exactly.
   void load_checkpoint(const std::string& directory);
 
@@ -113,6 +120,10 @@ class trainer {
   int64_t skipped_steps() const { return skipped_total_; }
   double learning_rate() const;
   const trainer_config& config() const { return config_; }
+  /// Asked before every micro-batch how many intra-op threads to use (a node
+  /// whose cores are shared between training and generation changes it as the
+  /// other side becomes busy or idle). Unset: the thread's setting stays.
+  void set_thread_count(std::function<int()> threads) { thread_count_ = std::move(threads); }
 
  private:
   struct sequence_ref {
@@ -139,6 +150,7 @@ class trainer {
   int64_t skipped_total_ = 0;
   int skipped_in_row_ = 0;
   std::mt19937_64 rng_;
+  std::function<int()> thread_count_;
 };
 
 }  // namespace areal::kernels

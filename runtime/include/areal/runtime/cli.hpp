@@ -15,6 +15,7 @@ struct cli_options {
   std::optional<std::vector<role>> roles;  // --role ROLE[,ROLE]
   std::vector<std::string> overrides;      // --set KEY=VALUE, in order
   std::optional<std::string> run_dir;      // --run-dir DIR
+  bool resume = false;                     // --resume: continue from the run directory's checkpoint
   std::string log_level = "info";
   bool help = false;
   bool help_config = false;

@@ -62,12 +62,62 @@ struct model_spec {
   std::string dtype;   // float32, bfloat16, float16
 };
 
+struct task_spec {
+  std::string kind;        // running_sums or jsonl
+  std::string train_path;  // jsonl only
+  std::string eval_path;   // jsonl only; empty: hold out the first eval.prompts training items
+  int64_t max_value = 9;
+  double median_terms = 3.0;
+  int64_t max_terms = 8;
+  double truncated_fraction = 0.0;
+};
+
+struct sft_spec {
+  int64_t steps = 400;
+  int64_t batch_size = 32;
+  double lr = 2e-3;
+  int64_t warmup_steps = 20;
+};
+
+struct rl_spec {
+  bool synchronous = false;  // mode = "sync"
+  int64_t steps = 60;
+  int64_t eta = 2;
+  int64_t group_size = 8;
+  int64_t batch_size = 64;
+  int64_t max_new_tokens = 96;
+  double temperature = 1.0;
+  double lr = 1e-4;
+  int64_t warmup_steps = 0;
+  std::string estimator;
+  double clip = 0.2;
+  double behaviour_cap = 5.0;
+  bool decoupled = true;
+  int64_t ppo_minibatches = 1;
+  int64_t max_tokens_per_mb = 4096;
+  int64_t rollout_workers = 1;
+  int64_t rollout_slots = 64;
+  int64_t max_concurrent = 128;
+  int64_t checkpoint_every = 20;
+  /// The staleness bound in force: 0 in synchronous mode.
+  int64_t effective_eta() const { return synchronous ? 0 : eta; }
+};
+
+struct eval_spec {
+  int64_t prompts = 256;
+  int64_t every = 20;
+};
+
 struct run_config {
   std::string source;  // the file it was read from
   run_spec run;
   cluster_spec cluster;
   reward_spec reward;
   model_spec model;
+  task_spec task;
+  sft_spec sft;
+  rl_spec rl;
+  eval_spec eval;
   std::vector<node_spec> nodes;
   /// The whole configuration with defaults filled in and overrides applied, as TOML.
   std::string resolved_toml;

@@ -43,6 +43,11 @@ struct running_sum_options {
   double spread = 0.6;  // sigma of the log-normal
   int max_terms = 16;
   int max_value = 99;
+  /// Share of items whose worked solution stops one partial sum short of the
+  /// answer (for two terms: says nothing). Demonstrations of mixed quality: a
+  /// model that imitates them often stops before it is done, and RL with the
+  /// exactly checked reward teaches it to finish.
+  double truncated_fraction = 0.0;
 };
 std::unique_ptr<task_source> running_sum_generator(running_sum_options options);
 

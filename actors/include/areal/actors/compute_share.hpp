@@ -1,0 +1,41 @@
+// The cores of one node, shared by the actors that compute on them (rollout
+// workers and the trainer). Work-conserving: an actor busy alone uses every
+// thread; actors busy together split them. The alternative, a static split
+// (each actor always gets its fixed share), leaves cores idle whenever one
+// side waits for the other. In-process only.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+
+namespace areal {
+
+class compute_share {
+ public:
+  /// `threads`: the node's compute threads. `shared` false: a static split,
+  /// each of `actors` actors always gets threads / actors (at least 1).
+  compute_share(int threads, bool shared, int actors)
+      : threads_(std::max(1, threads)), shared_(shared), actors_(std::max(1, actors)) {}
+
+  /// Intra-op threads for an actor that is busy now.
+  int threads_now() const {
+    int busy = shared_ ? std::max(1, busy_.load()) : actors_;
+    return std::max(1, threads_ / busy);
+  }
+  void set_busy(bool& holder, bool busy) {
+    if (holder == busy)
+      return;
+    holder = busy;
+    busy_ += busy ? 1 : -1;
+  }
+  int threads() const { return threads_; }
+  bool shared() const { return shared_; }
+
+ private:
+  int threads_;
+  bool shared_;
+  int actors_;
+  std::atomic<int> busy_{0};
+};
+
+}  // namespace areal

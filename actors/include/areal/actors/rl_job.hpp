@@ -1,0 +1,46 @@
+// A whole RL run on one node: the supervised warm start, held-out evaluation
+// before, the pipeline of actors (controller, rollout workers, reward pool,
+// trainer, evaluator) in asynchronous or synchronous mode, evaluation after,
+// and the run directory's outputs:
+//   config.toml          the resolved configuration (written by the caller)
+//   metrics.jsonl        one JSON line per step, evaluation, resume and end
+//   trace.json           Chrome-trace timeline of every actor (open in Perfetto)
+//   checkpoint/          the latest run checkpoint (trainer + controller state)
+//   summary.json         accuracy before and after, counters, timings
+#pragma once
+
+#include <atomic>
+#include <filesystem>
+#include <string>
+
+#include <caf/actor_system.hpp>
+
+#include "areal/actors/interfaces.hpp"
+#include "areal/runtime/config.hpp"
+
+namespace areal {
+
+struct rl_job_options {
+  run_config config;
+  std::filesystem::path run_dir;
+  bool resume = false;       // continue from run_dir/checkpoint
+  int compute_threads = 1;   // the node's cores for LibTorch work
+  bool share_cores = true;   // work-conserving sharing between generation and training; false: static split
+  bool progress = true;      // the live progress line on stderr
+};
+
+struct rl_job_result {
+  int exit_code = 0;
+  std::string why;
+  double accuracy_before = -1;  // held-out greedy accuracy when RL started (-1: not evaluated)
+  double accuracy_after = -1;   // and when it ended
+  controller_stats stats;
+  double sft_seconds = 0;
+  double rl_seconds = 0;
+};
+
+/// Runs the job in `sys`; blocks until it ends. Setting `stop` (SIGINT) stops
+/// the run at the next step boundary with a checkpoint written.
+rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, const std::atomic<bool>& stop);
+
+}  // namespace areal

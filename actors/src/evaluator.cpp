@@ -1,0 +1,82 @@
+#include "areal/actors/evaluator.hpp"
+
+#include <ATen/Parallel.h>
+
+#include <caf/all.hpp>
+
+#include "areal/kernels/engine.hpp"
+
+namespace areal {
+
+eval_result evaluate_policy(kernels::policy_model& model, const kernels::tokenizer& tokenizer, const eval_set& set,
+                            const eval_options& options) {
+  kernels::generation_engine engine(model, {options.slots, options.max_seq_len, 1024, true});
+  for (size_t i = 0; i < set.prompts.size(); ++i) {
+    kernels::generation_job job;
+    job.id = i;
+    job.prompt = set.prompts[i];
+    job.sampling.greedy = true;
+    job.sampling.max_new_tokens = static_cast<uint32_t>(options.max_new_tokens);
+    job.sampling.stop_tokens = options.stop_tokens;
+    engine.submit(std::move(job));
+  }
+  eval_result result;
+  int64_t correct = 0, tokens = 0;
+  for (auto& out : engine.run_to_completion()) {
+    auto verdict_of = reward::score_response(tokenizer.decode(out.tokens, true), set.tasks[out.id], options.scoring);
+    bool ok = verdict_of.judged == verdict::correct;
+    correct += ok;
+    tokens += static_cast<int64_t>(out.tokens.size());
+    if (out.id < set.difficulty.size()) {
+      auto& bucket = result.by_difficulty[set.difficulty[out.id]];
+      bucket.first += ok;
+      bucket.second += 1;
+    }
+  }
+  auto n = static_cast<double>(std::max<size_t>(1, set.prompts.size()));
+  result.accuracy = static_cast<double>(correct) / n;
+  result.mean_tokens = static_cast<double>(tokens) / n;
+  return result;
+}
+
+namespace {
+
+struct evaluator_state {
+  static inline const char* name = "areal.evaluator";
+  evaluator_setup setup;
+  std::unique_ptr<kernels::policy_model> model;
+  bool busy = false;
+};
+
+}  // namespace
+
+evaluator_actor spawn_evaluator(caf::actor_system& sys, evaluator_setup setup) {
+  return sys.spawn<caf::detached>(
+      [setup = std::move(setup)](
+          evaluator_actor::stateful_pointer<evaluator_state> self) mutable -> evaluator_actor::behavior_type {
+        self->state.setup = std::move(setup);
+        self->state.model = std::make_unique<kernels::policy_model>(self->state.setup.model);
+        return {
+            [self](eval_atom, local_weights& w) -> caf::result<int64_t, double, double> {
+              auto& st = self->state;
+              if (!w.flat)
+                return caf::make_error(caf::sec::invalid_argument, "evaluator: no weights");
+              auto& share = st.setup.share;
+              if (share)
+                share->set_busy(st.busy, true);
+              at::set_num_threads(share ? share->threads_now() : st.setup.compute_threads);
+              eval_result r;
+              {
+                tracer::scope span{st.setup.trace.get(), "evaluator", "evaluate"};
+                st.model->flat().copy_(*w.flat);
+                r = evaluate_policy(*st.model, *st.setup.tokenizer, *st.setup.set, st.setup.options);
+              }
+              if (share)
+                share->set_busy(st.busy, false);
+              return caf::result<int64_t, double, double>(w.version, r.accuracy, r.mean_tokens);
+            },
+        };
+      });
+}
+
+}  // namespace areal

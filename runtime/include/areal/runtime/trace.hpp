@@ -1,0 +1,70 @@
+// The run's timeline: every actor records what it was busy with (generation
+// steps, reward checks, training, weight sync) as spans on its own track. The
+// tracer keeps the spans for a Chrome-trace JSON file (open it in Perfetto or
+// chrome://tracing) and the busy time per track, from which the metrics derive
+// each actor's idle fraction. Thread-safe; one per process.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace areal {
+
+/// Nanoseconds on the clock every span uses (steady, process-wide).
+int64_t trace_clock_ns();
+
+class tracer {
+ public:
+  /// At most `max_spans` spans are kept for the file; busy times count every span.
+  explicit tracer(std::string process_name, size_t max_spans = 2'000'000);
+
+  /// `track` is busy with `what` from start_ns to end_ns (trace_clock_ns values).
+  void span(const std::string& track, const std::string& what, int64_t start_ns, int64_t end_ns);
+  /// Total busy seconds of each track so far.
+  std::map<std::string, double> busy_seconds() const;
+  /// Total seconds spent in spans named `what`, over all tracks.
+  double seconds_in(const std::string& what) const;
+  /// Writes the Chrome-trace JSON (atomically: a temporary file renamed). Returns false on failure.
+  bool write_chrome_trace(const std::string& path) const;
+
+  /// Records a span over its own lifetime.
+  class scope {
+   public:
+    scope(tracer* t, std::string track, std::string what)
+        : t_(t), track_(std::move(track)), what_(std::move(what)), start_(trace_clock_ns()) {}
+    ~scope() {
+      if (t_)
+        t_->span(track_, what_, start_, trace_clock_ns());
+    }
+    scope(const scope&) = delete;
+    scope& operator=(const scope&) = delete;
+
+   private:
+    tracer* t_;
+    std::string track_, what_;
+    int64_t start_;
+  };
+
+ private:
+  struct event {
+    int track;
+    int what;
+    int64_t start_ns, end_ns;
+  };
+  int intern(std::vector<std::string>& names, const std::string& name);
+
+  std::string process_;
+  size_t max_spans_;
+  int64_t origin_ns_;
+  mutable std::mutex mutex_;
+  std::vector<std::string> tracks_, names_;
+  std::vector<event> events_;
+  std::vector<double> busy_;      // by track
+  std::vector<double> by_what_;   // by name
+  uint64_t spans_left_out_ = 0;
+};
+
+}  // namespace areal

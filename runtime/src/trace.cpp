@@ -1,0 +1,94 @@
+#include "areal/runtime/trace.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+namespace areal {
+
+int64_t trace_clock_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+tracer::tracer(std::string process_name, size_t max_spans)
+    : process_(std::move(process_name)), max_spans_(max_spans), origin_ns_(trace_clock_ns()) {}
+
+int tracer::intern(std::vector<std::string>& names, const std::string& name) {
+  for (size_t i = 0; i < names.size(); ++i)
+    if (names[i] == name)
+      return static_cast<int>(i);
+  names.push_back(name);
+  return static_cast<int>(names.size() - 1);
+}
+
+void tracer::span(const std::string& track, const std::string& what, int64_t start_ns, int64_t end_ns) {
+  std::lock_guard<std::mutex> guard{mutex_};
+  auto t = intern(tracks_, track);
+  auto w = intern(names_, what);
+  busy_.resize(tracks_.size());
+  by_what_.resize(names_.size());
+  auto seconds = static_cast<double>(end_ns - start_ns) * 1e-9;
+  busy_[t] += seconds;
+  by_what_[w] += seconds;
+  if (events_.size() < max_spans_)
+    events_.push_back({t, w, start_ns, end_ns});
+  else
+    ++spans_left_out_;
+}
+
+std::map<std::string, double> tracer::busy_seconds() const {
+  std::lock_guard<std::mutex> guard{mutex_};
+  std::map<std::string, double> out;
+  for (size_t i = 0; i < tracks_.size(); ++i)
+    out[tracks_[i]] = busy_[i];
+  return out;
+}
+
+double tracer::seconds_in(const std::string& what) const {
+  std::lock_guard<std::mutex> guard{mutex_};
+  for (size_t i = 0; i < names_.size(); ++i)
+    if (names_[i] == what)
+      return by_what_[i];
+  return 0;
+}
+
+bool tracer::write_chrome_trace(const std::string& path) const {
+  nlohmann::json events = nlohmann::json::array();
+  {
+    std::lock_guard<std::mutex> guard{mutex_};
+    events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 1}, {"args", {{"name", process_}}}});
+    for (size_t i = 0; i < tracks_.size(); ++i)
+      events.push_back({{"name", "thread_name"},
+                        {"ph", "M"},
+                        {"pid", 1},
+                        {"tid", static_cast<int>(i) + 1},
+                        {"args", {{"name", tracks_[i]}}}});
+    for (auto& e : events_)
+      events.push_back({{"name", names_[e.what]},
+                        {"ph", "X"},
+                        {"pid", 1},
+                        {"tid", e.track + 1},
+                        {"ts", static_cast<double>(e.start_ns - origin_ns_) / 1e3},
+                        {"dur", static_cast<double>(e.end_ns - e.start_ns) / 1e3}});
+    if (spans_left_out_ > 0)
+      events.push_back({{"name", "spans left out (limit reached)"},
+                        {"ph", "i"},
+                        {"s", "g"},
+                        {"pid", 1},
+                        {"ts", 0},
+                        {"args", {{"count", spans_left_out_}}}});
+  }
+  auto temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary);
+    out << nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() << "\n";
+    if (!out)
+      return false;
+  }
+  return std::rename(temporary.c_str(), path.c_str()) == 0;
+}
+
+}  // namespace areal
