@@ -606,6 +606,8 @@ controller_actor spawn_controller(caf::actor_system& sys, controller_setup setup
             st.stats.running = st.gate->running();
             st.stats.buffered = st.buffer->ready_trajectories();
           }
+          st.stats.generated_tokens = st.generated_tokens;
+          st.stats.trained_tokens = st.trained_tokens;
           return st.stats;
         },
         [self](shutdown_atom, std::string& why) { end_run(self, 0, why); },

@@ -301,6 +301,10 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
       return result;
     }
     result.sft_seconds = seconds_since(start);
+    // Kept in Hugging Face layout: a later run can start from it (model.path) without the warm start.
+    auto kept = options.run_dir / "sft_model";
+    m.policy->save(kept.string());
+    m.tokenizer->save((kept / "tokenizer.json").string());
   }
   if (!evals->prompts.empty()) {
     auto r = evaluate_policy(*m.policy, *m.tokenizer, *evals, eo);
@@ -474,6 +478,8 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
                             {"trained", s.trained},
                             {"dropped", s.dropped},
                             {"max_staleness", s.max_staleness},
+                            {"generated_tokens", s.generated_tokens},
+                            {"trained_tokens", s.trained_tokens},
                             {"sft_seconds", result.sft_seconds},
                             {"rl_seconds", result.rl_seconds}};
   std::ofstream(options.run_dir / "summary.json") << summary.dump(2) << "\n";
@@ -481,7 +487,8 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
     spdlog::info("held-out accuracy: {:.1f}% before RL -> {:.1f}% after RL ({:+.1f} points); {} steps in {:.0f} s",
                  100 * result.accuracy_before, 100 * result.accuracy_after,
                  100 * (result.accuracy_after - result.accuracy_before), s.steps, result.rl_seconds);
-  spdlog::info("outputs in {}: metrics.jsonl, trace.json (open in https://ui.perfetto.dev), checkpoint/, summary.json",
+  spdlog::info("outputs in {}: metrics.jsonl, trace.json (open in https://ui.perfetto.dev), checkpoint/, sft_model/, "
+               "summary.json",
                options.run_dir.string());
   return result;
 }

@@ -137,12 +137,15 @@ struct controller_stats {
   int64_t max_staleness = 0;     // over every trained batch, in versions
   double reward_mean_first = 0;  // mean reward of the first trained batch
   double reward_mean_last = 0;   // and of the last
+  int64_t generated_tokens = 0;  // response tokens that reached the buffer
+  int64_t trained_tokens = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, controller_stats& x) {
   return f(caf::meta::type_name("areal.controller_stats"), x.version, x.admitted, x.running, x.buffered, x.trained,
-           x.dropped, x.steps, x.max_staleness, x.reward_mean_first, x.reward_mean_last);
+           x.dropped, x.steps, x.max_staleness, x.reward_mean_first, x.reward_mean_last, x.generated_tokens,
+           x.trained_tokens);
 }
 
 /// The CONTROLLER interface: owns the prompt stream and the data flow.

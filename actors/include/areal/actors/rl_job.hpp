@@ -6,6 +6,7 @@
 //   metrics.jsonl        one JSON line per step, evaluation, resume and end
 //   trace.json           Chrome-trace timeline of every actor (open in Perfetto)
 //   checkpoint/          the latest run checkpoint (trainer + controller state)
+//   sft_model/           the warm-started model (Hugging Face layout; usable as model.path)
 //   summary.json         accuracy before and after, counters, timings
 #pragma once
 

@@ -1,0 +1,289 @@
+// bench_async_vs_sync: the RL pipeline in synchronous and asynchronous mode,
+// side by side in one invocation, same model, task, seeds and cores.
+//   1. Alone, at each thread count: generation capacity G (response tokens/s
+//      with a full continuous batch) and training capacity T (trained tokens/s
+//      of a PPO update including the proximal forward pass). Two bounds: the
+//      work-conserving bound 1/(1/G + 1/T) at all threads (both phases at full
+//      efficiency, no core idle) and the best static split (generation on k
+//      threads, training on the others).
+//   2. The real job (controller, rollout, reward pool, trainer actors) in
+//      synchronous mode and asynchronous mode (eta = 1, 2, 4, 8, cores shared),
+//      plus the alternatives: a static core split at eta = 2 and plain PPO
+//      (no decoupled objective) at eta = 4 and 8. For each: trained tokens/s,
+//      samples/s, the ratio to synchronous, the fraction of the work-conserving
+//      bound, and held-out greedy accuracy after the same number of samples.
+//   3. Two workloads: the demo's (tiny preset, running sums), and a
+//      generation-heavy long-tail one on the small preset.
+// Usage: bench_async_vs_sync [--quick] [--json FILE] [--threads N]
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <random>
+#include <sstream>
+
+#include <caf/all.hpp>
+#include <nlohmann/json.hpp>
+
+#include "bench_common.hpp"
+
+#include "areal/actors/node.hpp"
+#include "areal/actors/rl_job.hpp"
+#include "areal/kernels/allocator.hpp"
+#include "areal/kernels/engine.hpp"
+#include "areal/kernels/tokenizer.hpp"
+#include "areal/kernels/trainer.hpp"
+#include "areal/runtime/log.hpp"
+#include "areal/tasks/tasks.hpp"
+
+namespace fs = std::filesystem;
+using namespace areal;
+using areal::bench::seconds_since;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+struct workload {
+  std::string name;
+  std::string preset;
+  int64_t max_value, max_terms;
+  double median_terms, truncated_fraction;
+  int64_t max_new_tokens, sft_steps, rl_steps, batch_size, group_size, eval_prompts;
+  std::vector<std::string> extra;  // further --set overrides of every run
+};
+
+std::string config_text(const workload& w, int threads) {
+  std::ostringstream os;
+  os << "[run]\nname = \"bench\"\nseed = 5\n\n[model]\npreset = \"" << w.preset << "\"\n\n"
+     << "[task]\nmax_value = " << w.max_value << "\nmedian_terms = " << w.median_terms
+     << "\nmax_terms = " << w.max_terms << "\ntruncated_fraction = " << w.truncated_fraction << "\n\n"
+     << "[sft]\nsteps = " << w.sft_steps << "\n\n"
+     << "[rl]\nsteps = " << w.rl_steps << "\nbatch_size = " << w.batch_size << "\ngroup_size = " << w.group_size
+     << "\nmax_new_tokens = " << w.max_new_tokens << "\ncheckpoint_every = 0\n\n"
+     << "[eval]\nprompts = " << w.eval_prompts << "\nevery = 0\n\n"
+     << "[[nodes]]\nname = \"local\"\nroles = [\"controller\", \"trainer\", \"rollout\", \"reward\"]\n"
+     << "compute_threads = " << threads << "\n";
+  return os.str();
+}
+
+run_config make_config(const workload& w, int threads, std::vector<std::string> overrides) {
+  overrides.insert(overrides.begin(), w.extra.begin(), w.extra.end());
+  auto r = parse_config(config_text(w, threads), "bench.toml", overrides);
+  if (!r.config) {
+    std::cerr << "bench configuration: " << r.errors.front() << "\n";
+    std::exit(1);
+  }
+  return *r.config;
+}
+
+rl_job_result run_job(const run_config& config, const fs::path& dir, int threads, bool share) {
+  caf::actor_system_config cfg;
+  configure_actor_system(cfg, config.cluster);
+  caf::actor_system sys{cfg};
+  rl_job_options o;
+  o.config = config;
+  o.run_dir = dir;
+  o.compute_threads = threads;
+  o.share_cores = share;
+  o.progress = false;
+  std::atomic<bool> stop{false};
+  return run_rl_job(sys, o, stop);
+}
+
+struct capacity {
+  double generation = 0;  // response tokens/s, full continuous batch
+  double training = 0;    // trained tokens/s, PPO update including the proximal pass
+};
+
+// G and T at `threads` intra-op threads, on the warm-started model.
+capacity measure_capacity(const fs::path& model_dir, const workload& w, int threads, bool quick) {
+  at::set_num_threads(threads);
+  auto tok = kernels::tokenizer::load((model_dir / "tokenizer.json").string());
+  auto eos = *tok.token_id("<eos>");
+  auto model = kernels::policy_model::load(model_dir.string());
+  tasks::running_sum_options o;
+  o.seed = 77;
+  o.max_value = static_cast<int>(w.max_value);
+  o.median_terms = w.median_terms;
+  o.max_terms = static_cast<int>(w.max_terms);
+  auto source = tasks::running_sum_generator(o);
+  const int64_t slots = 64;
+  kernels::generation_engine engine(model, {slots, 1024, 512, true});
+  int64_t requests = quick ? 2 * slots : 4 * slots;
+  for (int64_t i = 0; i < requests; ++i) {
+    kernels::generation_job job;
+    job.id = static_cast<uint64_t>(i);
+    job.prompt = tok.encode(source->next()->prompt);
+    job.sampling.max_new_tokens = static_cast<uint32_t>(w.max_new_tokens);
+    job.sampling.stop_tokens = {eos};
+    job.seed = static_cast<uint64_t>(i);
+    engine.submit(std::move(job));
+  }
+  // Generation: only while the batch is full (requests still queued).
+  std::vector<kernels::generation_output> outputs;
+  auto start = clock_type::now();
+  auto tokens_before = engine.counters().decode_tokens;
+  while (engine.queued() > 0)
+    for (auto& out : engine.step())
+      outputs.push_back(std::move(out));
+  capacity c;
+  c.generation = static_cast<double>(engine.counters().decode_tokens - tokens_before) / seconds_since(start);
+  for (auto& out : engine.run_to_completion())
+    outputs.push_back(std::move(out));
+
+  // Training: PPO updates on batches of these trajectories.
+  kernels::trainer_config tc;
+  tc.optimizer.lr = 1e-5;
+  kernels::trainer trainer(model, tc);
+  std::mt19937 rng{3};
+  std::vector<kernels::rl_sample> batch;
+  for (auto& out : outputs) {
+    if (out.tokens.empty())
+      continue;
+    kernels::rl_sample s;
+    s.prompt = out.prompt;
+    s.response = out.tokens;
+    s.behaviour_logprobs = out.logprobs;
+    s.advantage = (rng() % 2) ? 1.0 : -1.0;
+    batch.push_back(std::move(s));
+    if (static_cast<int64_t>(batch.size()) == w.batch_size)
+      break;
+  }
+  trainer.ppo_update(batch);  // warm-up
+  int updates = quick ? 1 : 3;
+  int64_t tokens = 0;
+  start = clock_type::now();
+  for (int i = 0; i < updates; ++i)
+    tokens += trainer.ppo_update(batch).tokens;
+  c.training = static_cast<double>(tokens) / seconds_since(start);
+  return c;
+}
+
+struct run_row {
+  std::string name;
+  std::vector<std::string> overrides;
+  bool share = true;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  kernels::tune_allocator();
+  auto opts = bench::parse_options(argc, argv, "bench_async_vs_sync");
+  int threads = std::max(1, opts.threads);
+  auto facts = kernels::probe_blas();
+  std::cout << "bench_async_vs_sync: " << threads << " compute threads (" << std::thread::hardware_concurrency()
+            << " hardware threads); " << kernels::describe(facts) << (opts.quick ? "; --quick" : "") << "\n";
+  spdlog::set_level(spdlog::level::warn);
+
+  std::vector<workload> workloads = {
+      {"demo (tiny preset, running sums, median 3 terms)", "tiny", 9, 8, 3.0, 0.6, 32, opts.quick ? 150 : 600,
+       opts.quick ? 6 : 30, 64, 8, opts.quick ? 64 : 256, {}},
+      {"long tail (small preset, running sums of 2-32 terms up to 99, median 5)", "small", 99, 32, 5.0, 0.0, 160,
+       opts.quick ? 10 : 30, opts.quick ? 3 : 6, 16, 4, opts.quick ? 16 : 32,
+       {"sft.batch_size=8", "rl.rollout_slots=64"}},
+  };
+  auto scratch = fs::temp_directory_path() / ("areal-bench-async-" + std::to_string(getpid()));
+  nlohmann::json report = {{"threads", threads}, {"blas", kernels::describe(facts)}, {"quick", opts.quick}};
+  for (auto& w : workloads) {
+    std::cout << "\n== workload: " << w.name << "; " << w.rl_steps << " RL steps of " << w.batch_size
+              << " trajectories\n";
+    // The warm start, once: every run starts from the same model.
+    auto warm_dir = scratch / "warm";
+    auto warm = run_job(make_config(w, threads, {"rl.steps=0", "eval.prompts=0"}), warm_dir, threads, true);
+    auto model_dir = warm_dir / "sft_model";
+    if (warm.exit_code != 0 || !fs::exists(model_dir)) {
+      std::cerr << "the warm start failed: " << warm.why << "\n";
+      return 1;
+    }
+    std::cout << "warm start: " << w.sft_steps << " SFT steps in " << std::setprecision(3) << warm.sft_seconds
+              << " s\n";
+
+    // 1. Capacities alone.
+    std::vector<capacity> caps(static_cast<size_t>(threads + 1));
+    for (int k = 1; k <= threads; ++k) {
+      caps[static_cast<size_t>(k)] = measure_capacity(model_dir, w, k, opts.quick);
+      std::cout << "capacity at " << k << " thread(s): generation G = " << caps[static_cast<size_t>(k)].generation
+                << " tokens/s, training T = " << caps[static_cast<size_t>(k)].training << " tokens/s\n";
+    }
+    auto& all = caps[static_cast<size_t>(threads)];
+    double conserving = 1.0 / (1.0 / all.generation + 1.0 / all.training);
+    double split = 0;
+    int split_k = 0;
+    for (int k = 1; k < threads; ++k) {
+      double rate = std::min(caps[static_cast<size_t>(k)].generation, caps[static_cast<size_t>(threads - k)].training);
+      if (rate > split) {
+        split = rate;
+        split_k = k;
+      }
+    }
+    std::cout << "work-conserving bound 1/(1/G + 1/T) = " << conserving << " trained tokens/s";
+    if (split_k > 0)
+      std::cout << "; best static split (generation on " << split_k << ", training on " << threads - split_k
+                << ") = " << split << " tokens/s, " << split / conserving << " of the work-conserving bound";
+    std::cout << "\n";
+
+    // 2. The runs.
+    std::vector<run_row> rows = {{"sync", {"rl.mode=\"sync\""}, true}};
+    for (int eta : {1, 2, 4, 8})
+      rows.push_back({"async eta=" + std::to_string(eta), {"rl.eta=" + std::to_string(eta)}, true});
+    if (threads > 1)
+      rows.push_back({"async eta=2, static core split", {"rl.eta=2"}, false});
+    for (int eta : {4, 8})
+      rows.push_back({"async eta=" + std::to_string(eta) + ", plain PPO",
+                      {"rl.eta=" + std::to_string(eta), "rl.decoupled=false"},
+                      true});
+    nlohmann::json runs = nlohmann::json::array();
+    double sync_rate = 0, sync_accuracy = 0;
+    for (auto& row : rows) {
+      auto overrides = row.overrides;
+      overrides.push_back("model.path=\"" + model_dir.string() + "\"");
+      overrides.push_back("sft.steps=0");
+      auto dir = scratch / "run";
+      fs::remove_all(dir);
+      auto result = run_job(make_config(w, threads, overrides), dir, threads, row.share);
+      auto& s = result.stats;
+      double tokens_per_s = static_cast<double>(s.trained_tokens) / result.rl_seconds;
+      double samples_per_s = static_cast<double>(s.trained) / result.rl_seconds;
+      if (row.name == "sync") {
+        sync_rate = tokens_per_s;
+        sync_accuracy = result.accuracy_after;
+      }
+      std::cout << row.name << ": " << tokens_per_s << " trained tokens/s, " << samples_per_s
+                << " samples/s; vs sync " << tokens_per_s / sync_rate << "x; " << tokens_per_s / conserving
+                << " of the work-conserving bound; held-out accuracy " << 100 * result.accuracy_before << "% -> "
+                << 100 * result.accuracy_after << "% (vs sync "
+                << 100 * (result.accuracy_after - sync_accuracy) << " points) after " << s.trained
+                << " samples; max staleness " << s.max_staleness << ", dropped " << s.dropped << "\n";
+      runs.push_back({{"name", row.name},
+                      {"trained_tokens_per_s", tokens_per_s},
+                      {"samples_per_s", samples_per_s},
+                      {"ratio_to_sync", tokens_per_s / sync_rate},
+                      {"fraction_of_work_conserving_bound", tokens_per_s / conserving},
+                      {"accuracy_before", result.accuracy_before},
+                      {"accuracy_after", result.accuracy_after},
+                      {"trained_samples", s.trained},
+                      {"max_staleness", s.max_staleness},
+                      {"dropped", s.dropped},
+                      {"rl_seconds", result.rl_seconds}});
+    }
+    nlohmann::json capacities = nlohmann::json::array();
+    for (int k = 1; k <= threads; ++k)
+      capacities.push_back({{"threads", k},
+                            {"generation_tokens_per_s", caps[static_cast<size_t>(k)].generation},
+                            {"training_tokens_per_s", caps[static_cast<size_t>(k)].training}});
+    report["workloads"].push_back({{"name", w.name},
+                                   {"capacities", capacities},
+                                   {"work_conserving_bound", conserving},
+                                   {"static_split_bound", split},
+                                   {"runs", runs}});
+  }
+  fs::remove_all(scratch);
+  if (!opts.json_path.empty())
+    std::ofstream(opts.json_path) << report.dump(2) << "\n";
+  return 0;
+}
