@@ -33,7 +33,7 @@ std::string job_config(const std::string& mode, int64_t eta, int64_t steps) {
          "\ngroup_size = 8\nbatch_size = 32\nmax_new_tokens = 8\nlr = 3e-4\nrollout_slots = 32\n"
          "max_concurrent = 64\ncheckpoint_every = 4\n\n"
          "[eval]\nprompts = 128\nevery = 0\n\n"
-         "[reward]\nworkers = 1\n\n"
+         "[reward]\nworkers = 1\nqueue_capacity = 1\n\n"
          "[[nodes]]\nname = \"local\"\nroles = [\"controller\", \"trainer\", \"rollout\", \"reward\"]\n"
          "compute_threads = 2\n";
 }
@@ -109,6 +109,12 @@ TEST_CASE("the RL job learns in synchronous and asynchronous mode and accounts f
         CHECK_MESSAGE(m.contains(key), key);
     }
     CHECK(steps == 24);
+    // The reward queue (one place) is often full: back-pressure delays samples, it loses none.
+    CHECK(result.reward.refused > 0);
+    for (auto& m : metrics)
+      if (m["event"] == "end")
+        for (auto& [reason, count] : m["drop_reasons"].items())
+          CHECK_MESSAGE(reason.find("reward service") == std::string::npos, reason << ": " << count);
     CHECK(std::filesystem::exists(dir.path / "trace.json"));
     auto trace = nlohmann::json::parse(std::ifstream(dir.path / "trace.json"));
     std::set<std::string> tracks;
@@ -201,4 +207,17 @@ TEST_CASE("a stopped run resumes where it stopped: counters, data position and v
     CHECK_MESSAGE(accounted.count(p) == 1, "requeued prompt " << p << " was lost");
   for (uint64_t p = 0; p < last.source_position; ++p)
     CHECK_MESSAGE(accounted.count(p) == 1, "prompt " << p << " was skipped");
+}
+
+TEST_CASE("a run whose every sample fails stops with a reason instead of running forever") {
+  scratch_dir dir{"failing"};
+  // No engine can take a request for 5000 new tokens (the context is 1024).
+  auto config = load(job_config("async", 1, 4), {"sft.steps=0", "eval.prompts=0", "rl.max_new_tokens=5000"});
+  std::atomic<bool> stop{false};
+  auto result = run_job(config, dir.path, false, stop);
+  CHECK(result.exit_code == 1);
+  CHECK_MESSAGE(result.why.find("samples all failed") != std::string::npos, result.why);
+  CHECK(result.why.find("rollout worker") != std::string::npos);
+  CHECK(result.stats.trained == 0);
+  CHECK(result.stats.admitted == result.stats.dropped);
 }

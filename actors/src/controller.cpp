@@ -76,6 +76,14 @@ struct queued_sample {
   std::shared_ptr<const reward_task> task;
 };
 
+// A generated sample on its way to the reward pool (kept while the pool's queue is full).
+struct reward_job {
+  packed<trajectory> t;
+  std::string text;
+  std::shared_ptr<const reward_task> task;
+  uint64_t group;
+};
+
 // What the metrics line of a step says about its batch, taken when it is formed.
 struct batch_facts {
   nlohmann::json fields;
@@ -92,6 +100,9 @@ struct controller_state {
   std::map<uint64_t, uint64_t> open_groups;  // group id -> stream position, until trained or dropped
   std::vector<uint64_t> dropped_positions;   // stream positions of the groups dropped
   std::vector<int64_t> rollout_load;   // requests in flight per rollout worker
+  std::deque<reward_job> reward_backlog;  // refused by a full reward queue: sent again as replies come back
+  int64_t reward_in_flight = 0;
+  int64_t failures_in_row = 0;  // samples dropped since the last one that was scored
   controller_stats stats;
   std::map<std::string, int64_t> carried_drops;  // from before a resume, and the run's end
   bool training = false;
@@ -253,6 +264,51 @@ void drop(controller_pointer self, uint64_t group, const std::string& reason) {
   st.gate->finish(false);
   st.buffer->drop_sample(group, reason);
   settle_drops(self);
+  // A run whose every sample fails (a request no engine can take, a broken
+  // verifier) would admit and drop forever: it stops and says why.
+  if (++st.failures_in_row >= std::max<int64_t>(64, 4 * st.setup.batch_size)) {
+    st.stopping = true;
+    finish(self, 1,
+           "the last " + std::to_string(st.failures_in_row) + " samples all failed; the last one: " + reason +
+               ". Fix the configuration (e.g. rl.max_new_tokens against the model's context) and start again");
+  }
+}
+
+void on_scored(controller_pointer self, packed<trajectory>& scored, uint64_t group);
+
+// Sends a generated sample to the reward pool. A full pool queue is
+// back-pressure, not a failure: the sample waits and goes again when a reply
+// frees a place.
+void send_to_reward(controller_pointer self, reward_job job) {
+  auto& st = self->state;
+  st.reward_in_flight++;
+  auto keep = std::make_shared<reward_job>(job);
+  self->request(st.setup.reward, caf::infinite, std::move(job.t), std::move(job.text), *pack(*job.task))
+      .then(
+          [self, keep](packed<trajectory>& scored) {
+            auto& cs = self->state;
+            cs.reward_in_flight--;
+            if (!cs.reward_backlog.empty() && !cs.finished) {
+              auto next = std::move(cs.reward_backlog.front());
+              cs.reward_backlog.pop_front();
+              send_to_reward(self, std::move(next));
+            }
+            on_scored(self, scored, keep->group);
+          },
+          [self, keep](caf::error& err) {
+            auto& cs = self->state;
+            cs.reward_in_flight--;
+            if (cs.finished)
+              return;
+            bool queue_full = err.category() == caf::atom("reward") &&
+                              err.code() == static_cast<uint8_t>(reward_errc::queue_full);
+            if (queue_full && cs.reward_in_flight > 0) {
+              cs.reward_backlog.push_back(std::move(*keep));
+              return;
+            }
+            drop(self, keep->group, "reward service: " + describe(err));
+            fill(self);
+          });
 }
 
 size_t least_loaded_rollout(controller_pointer self) {
@@ -271,6 +327,7 @@ void on_scored(controller_pointer self, packed<trajectory>& scored, uint64_t gro
     return;
   }
   st.gate->finish(true);
+  st.failures_in_row = 0;
   st.generated_tokens += static_cast<int64_t>(decoded->output_tokens.size());
   st.window_generated += static_cast<int64_t>(decoded->output_tokens.size());
   st.buffer->add(std::move(*decoded));
@@ -295,14 +352,7 @@ void dispatch(controller_pointer self, queued_sample sample) {
             st.rollout_load[index]--;
             if (st.finished)
               return;
-            self->request(st.setup.reward, caf::infinite, std::move(t), std::move(text), *pack(*task))
-                .then([self, group](packed<trajectory>& scored) { on_scored(self, scored, group); },
-                      [self, group](caf::error& err) {
-                        if (self->state.finished)
-                          return;
-                        drop(self, group, "reward service: " + describe(err));
-                        fill(self);
-                      });
+            send_to_reward(self, {std::move(t), std::move(text), task, group});
           },
           [self, index, group](caf::error& err) {
             auto& st = self->state;

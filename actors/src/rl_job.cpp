@@ -434,6 +434,14 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
   result.rl_seconds = seconds_since(rl_start);
   self->request(controller, std::chrono::seconds(10), stats_atom::value)
       .receive([&](controller_stats& s) { result.stats = s; }, [](caf::error&) {});
+  self->request(reward, std::chrono::seconds(10), stats_atom::value)
+      .receive(
+          [&](reward_pool_stats& s) {
+            result.reward = s;
+            spdlog::info("reward pool: {} scored, {} refused while full (sent again later), {} timeouts, {} errors",
+                         s.scored, s.refused, s.timeouts, s.errors);
+          },
+          [](caf::error&) {});
 
   // Evaluation of the final weights.
   if (!evals->prompts.empty() && result.exit_code == 0) {
@@ -480,6 +488,8 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
                             {"max_staleness", s.max_staleness},
                             {"generated_tokens", s.generated_tokens},
                             {"trained_tokens", s.trained_tokens},
+                            {"reward_scored", result.reward.scored},
+                            {"reward_refused_while_full", result.reward.refused},
                             {"sft_seconds", result.sft_seconds},
                             {"rl_seconds", result.rl_seconds}};
   std::ofstream(options.run_dir / "summary.json") << summary.dump(2) << "\n";

@@ -36,6 +36,7 @@ struct rl_job_result {
   double accuracy_before = -1;  // held-out greedy accuracy when RL started (-1: not evaluated)
   double accuracy_after = -1;   // and when it ended
   controller_stats stats;
+  reward_pool_stats reward;
   double sft_seconds = 0;
   double rl_seconds = 0;
 };
