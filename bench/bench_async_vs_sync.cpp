@@ -211,7 +211,7 @@ int main(int argc, char** argv) {
     for (int k = 1; k <= threads; ++k) {
       caps[static_cast<size_t>(k)] = measure_capacity(model_dir, w, k, opts.quick);
       std::cout << "capacity at " << k << " thread(s): generation G = " << caps[static_cast<size_t>(k)].generation
-                << " tokens/s, training T = " << caps[static_cast<size_t>(k)].training << " tokens/s\n";
+                << " tokens/s, training T = " << caps[static_cast<size_t>(k)].training << " tokens/s" << std::endl;
     }
     // Each phase at its best efficiency per core (k threads per instance, threads / k
     // instances side by side), no core idle: every trained token costs 1/G* + 1/T*
@@ -273,7 +273,7 @@ int main(int argc, char** argv) {
                 << " of the work-conserving bound; held-out accuracy " << 100 * result.accuracy_before << "% -> "
                 << 100 * result.accuracy_after << "% (vs sync "
                 << 100 * (result.accuracy_after - sync_accuracy) << " points) after " << s.trained
-                << " samples; max staleness " << s.max_staleness << ", dropped " << s.dropped << "\n";
+                << " samples; max staleness " << s.max_staleness << ", dropped " << s.dropped << std::endl;
       runs.push_back({{"name", row.name},
                       {"trained_tokens_per_s", tokens_per_s},
                       {"samples_per_s", samples_per_s},
