@@ -2,7 +2,8 @@
 // side by side in one invocation, same model, task, seeds and cores.
 //   1. Alone, at each thread count: generation capacity G (response tokens/s
 //      with a full continuous batch) and training capacity T (trained tokens/s
-//      of a PPO update including the proximal forward pass). Three bounds: the
+//      of a PPO update including the proximal forward pass, one data-parallel
+//      replica per thread, as the job's trainer runs). Three bounds: the
 //      work-conserving bound 1/(1/G* + 1/T*), each phase at its best efficiency
 //      per core and no core idle; alternating phases at all threads (the
 //      synchronous ideal); and the best static split (generation on k threads,
@@ -139,6 +140,7 @@ capacity measure_capacity(const fs::path& model_dir, const workload& w, int thre
   // Training: PPO updates on batches of these trajectories.
   kernels::trainer_config tc;
   tc.optimizer.lr = 1e-5;
+  tc.data_parallel = threads;  // as the job's trainer uses k cores: one replica per thread
   kernels::trainer trainer(model, tc);
   // A representative batch: outputs in random order (the first to finish are the shortest).
   std::mt19937 rng{3};
@@ -184,10 +186,31 @@ int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::warn);
 
   std::vector<workload> workloads = {
-      {"demo (tiny preset, running sums, median 3 terms)", "tiny", 9, 8, 3.0, 0.6, 32, opts.quick ? 150 : 600,
-       opts.quick ? 6 : 30, 64, 8, opts.quick ? 64 : 256, {}},
-      {"long tail (small preset, running sums of 2-32 terms up to 99, median 5)", "small", 99, 32, 5.0, 0.0, 160,
-       opts.quick ? 10 : 30, opts.quick ? 3 : 6, 16, 4, opts.quick ? 16 : 32,
+      {"demo (tiny preset, running sums, median 3 terms)",
+       "tiny",
+       9,
+       8,
+       3.0,
+       0.6,
+       32,
+       opts.quick ? 150 : 600,
+       opts.quick ? 6 : 30,
+       64,
+       8,
+       opts.quick ? 64 : 256,
+       {}},
+      {"long tail (small preset, running sums of 2-32 terms up to 99, median 5)",
+       "small",
+       99,
+       32,
+       5.0,
+       0.0,
+       160,
+       opts.quick ? 10 : 30,
+       opts.quick ? 3 : 6,
+       16,
+       4,
+       opts.quick ? 16 : 32,
        {"sft.batch_size=8", "rl.rollout_slots=64"}},
   };
   auto scratch = fs::temp_directory_path() / ("areal-bench-async-" + std::to_string(getpid()));
@@ -268,12 +291,12 @@ int main(int argc, char** argv) {
         sync_rate = tokens_per_s;
         sync_accuracy = result.accuracy_after;
       }
-      std::cout << row.name << ": " << tokens_per_s << " trained tokens/s, " << samples_per_s
-                << " samples/s; vs sync " << tokens_per_s / sync_rate << "x; " << tokens_per_s / conserving
+      std::cout << row.name << ": " << tokens_per_s << " trained tokens/s, " << samples_per_s << " samples/s; vs sync "
+                << tokens_per_s / sync_rate << "x; " << tokens_per_s / conserving
                 << " of the work-conserving bound; held-out accuracy " << 100 * result.accuracy_before << "% -> "
-                << 100 * result.accuracy_after << "% (vs sync "
-                << 100 * (result.accuracy_after - sync_accuracy) << " points) after " << s.trained
-                << " samples; max staleness " << s.max_staleness << ", dropped " << s.dropped << std::endl;
+                << 100 * result.accuracy_after << "% (vs sync " << 100 * (result.accuracy_after - sync_accuracy)
+                << " points) after " << s.trained << " samples; max staleness " << s.max_staleness << ", dropped "
+                << s.dropped << std::endl;
       runs.push_back({{"name", row.name},
                       {"trained_tokens_per_s", tokens_per_s},
                       {"samples_per_s", samples_per_s},

@@ -29,7 +29,8 @@ std::string job_config(const std::string& mode, int64_t eta, int64_t steps) {
          "[model]\npreset = \"micro\"\n\n"
          "[task]\nmax_value = 9\nmedian_terms = 2.0\nmax_terms = 3\ntruncated_fraction = 0.5\n\n"
          "[sft]\nsteps = 300\nbatch_size = 32\nlr = 3e-3\n\n"
-         "[rl]\nmode = \"" + mode + "\"\neta = " + std::to_string(eta) + "\nsteps = " + std::to_string(steps) +
+         "[rl]\nmode = \"" +
+         mode + "\"\neta = " + std::to_string(eta) + "\nsteps = " + std::to_string(steps) +
          "\ngroup_size = 8\nbatch_size = 32\nmax_new_tokens = 8\nlr = 3e-4\nrollout_slots = 32\n"
          "max_concurrent = 64\ncheckpoint_every = 4\n\n"
          "[eval]\nprompts = 128\nevery = 0\n\n"

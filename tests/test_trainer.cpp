@@ -235,6 +235,47 @@ TEST_CASE("packed micro-batches give the same log-probs as sequences alone and t
   model.flat_grad().zero_();
 }
 
+TEST_CASE("data-parallel micro-batches give the same log-probs and gradient as one at a time") {
+  policy_model model(test_config());
+  model.init_random(23, 0.1);
+  auto batch = make_batch(10, 4);
+  trainer_config serial;
+  serial.max_tokens_per_mb = 4096;
+  trainer one(model, serial);
+  auto prox_serial = one.proximal_logprobs(batch);
+  auto stats_serial = one.ppo_gradients(batch);
+  auto single = model.flat_grad().clone();
+  model.flat_grad().zero_();
+  for (int64_t replicas : {2, 3}) {
+    INFO("replicas " << replicas);
+    trainer_config parallel = serial;
+    parallel.data_parallel = replicas;  // the batch is split into at least this many micro-batches
+    trainer many(model, parallel);
+    auto prox = many.proximal_logprobs(batch);
+    for (size_t i = 0; i < batch.size(); ++i)
+      for (size_t t = 0; t < prox[i].size(); ++t)
+        CHECK(std::abs(prox[i][t] - prox_serial[i][t]) <= 1e-4);
+    auto stats = many.ppo_gradients(batch);
+    CHECK(stats.micro_batches >= replicas);
+    CHECK(stats.ppo.tokens == stats_serial.ppo.tokens);
+    CHECK(std::abs(stats.loss - stats_serial.loss) <= 1e-5);
+    auto relative = (model.flat_grad() - single).norm().item<double>() / single.norm().item<double>();
+    CHECK(relative <= 1e-5);
+    model.flat_grad().zero_();
+  }
+  // A thread-count source overrides the configuration, pass by pass.
+  trainer hooked(model, serial);
+  int asked = 0;
+  hooked.set_thread_count([&] {
+    ++asked;
+    return 2;
+  });
+  hooked.ppo_gradients(batch);
+  CHECK(asked >= 2);  // the proximal pass and the gradient pass
+  CHECK((model.flat_grad() - single).norm().item<double>() / single.norm().item<double>() <= 1e-5);
+  model.flat_grad().zero_();
+}
+
 TEST_CASE("advantage estimators against hand-computed groups") {
   std::vector<double> r = {1, 0, 0, 1};
   auto grpo = group_advantages(r, advantage_estimator::grpo);

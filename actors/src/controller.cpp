@@ -95,12 +95,12 @@ struct controller_state {
   controller_setup setup;
   std::unique_ptr<staleness_gate> gate;
   std::unique_ptr<group_buffer> buffer;
-  std::deque<queued_sample> pending;   // samples of started groups, not yet admitted
-  std::deque<uint64_t> requeue;        // stream positions to generate again first (after a resume)
+  std::deque<queued_sample> pending;         // samples of started groups, not yet admitted
+  std::deque<uint64_t> requeue;              // stream positions to generate again first (after a resume)
   std::map<uint64_t, uint64_t> open_groups;  // group id -> stream position, until trained or dropped
   std::vector<uint64_t> dropped_positions;   // stream positions of the groups dropped
-  std::vector<int64_t> rollout_load;   // requests in flight per rollout worker
-  std::deque<reward_job> reward_backlog;  // refused by a full reward queue: sent again as replies come back
+  std::vector<int64_t> rollout_load;         // requests in flight per rollout worker
+  std::deque<reward_job> reward_backlog;     // refused by a full reward queue: sent again as replies come back
   int64_t reward_in_flight = 0;
   int64_t failures_in_row = 0;  // samples dropped since the last one that was scored
   controller_stats stats;
@@ -108,8 +108,8 @@ struct controller_state {
   bool training = false;
   bool evaluating = false;
   bool checkpointing = false;
-  bool stopping = false;   // no more admissions
-  bool ending = false;     // the final checkpoint is being written
+  bool stopping = false;  // no more admissions
+  bool ending = false;    // the final checkpoint is being written
   bool finished = false;
   int32_t end_code = 0;
   std::string end_why;
@@ -131,8 +131,7 @@ void fill(controller_pointer self);
 void try_train(controller_pointer self);
 
 double run_seconds(controller_state& st) {
-  return st.elapsed_before +
-         std::chrono::duration<double>(std::chrono::steady_clock::now() - st.started).count();
+  return st.elapsed_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - st.started).count();
 }
 
 void write_metrics(controller_state& st, const nlohmann::json& line) {
@@ -200,16 +199,21 @@ void finish(controller_pointer self, int32_t code, const std::string& why) {
   // Whatever was admitted and will not be trained is dropped, with this reason.
   auto unfinished = st.stats.admitted - st.stats.trained - st.stats.dropped;
   if (unfinished > 0) {
-    st.carried_drops[st.setup.checkpoint_dir.empty() ? "run ended before it was trained"
-                                                     : "run ended before it was trained (re-queued in the checkpoint)"] +=
-        unfinished;
+    st.carried_drops[st.setup.checkpoint_dir.empty()
+                         ? "run ended before it was trained"
+                         : "run ended before it was trained (re-queued in the checkpoint)"] += unfinished;
     st.stats.dropped += unfinished;
   }
   st.stats.running = 0;
   st.stats.buffered = 0;
-  nlohmann::json line = {{"event", "end"},     {"time_s", run_seconds(st)},   {"why", why},
-                         {"steps", st.stats.steps}, {"admitted", st.stats.admitted}, {"trained", st.stats.trained},
-                         {"dropped", st.stats.dropped}, {"drop_reasons", all_drops(st)}};
+  nlohmann::json line = {{"event", "end"},
+                         {"time_s", run_seconds(st)},
+                         {"why", why},
+                         {"steps", st.stats.steps},
+                         {"admitted", st.stats.admitted},
+                         {"trained", st.stats.trained},
+                         {"dropped", st.stats.dropped},
+                         {"drop_reasons", all_drops(st)}};
   write_metrics(st, line);
   spdlog::info("controller: {} ({} steps, {} samples trained, {} dropped)", why, st.stats.steps, st.stats.trained,
                st.stats.dropped);
@@ -300,8 +304,8 @@ void send_to_reward(controller_pointer self, reward_job job) {
             cs.reward_in_flight--;
             if (cs.finished)
               return;
-            bool queue_full = err.category() == caf::atom("reward") &&
-                              err.code() == static_cast<uint8_t>(reward_errc::queue_full);
+            bool queue_full =
+                err.category() == caf::atom("reward") && err.code() == static_cast<uint8_t>(reward_errc::queue_full);
             if (queue_full && cs.reward_in_flight > 0) {
               cs.reward_backlog.push_back(std::move(*keep));
               return;

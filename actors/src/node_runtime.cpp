@@ -59,8 +59,8 @@ class exit_watchdog {
 }  // namespace
 
 bool runs_whole_job(const run_config& config, const node_spec& node) {
-  return config.nodes.size() == 1 && node.has(role::controller) && node.has(role::trainer) &&
-         node.has(role::rollout) && node.has(role::reward);
+  return config.nodes.size() == 1 && node.has(role::controller) && node.has(role::trainer) && node.has(role::rollout) &&
+         node.has(role::reward);
 }
 
 int run_node(const run_config& config, const node_spec& self_spec, const node_run_options& options) {

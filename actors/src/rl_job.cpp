@@ -120,7 +120,8 @@ model_parts make_model(const run_config& c) {
   if (!c.model.path.empty()) {
     auto tokenizer_file = fs::path{c.model.path} / "tokenizer.json";
     if (!fs::exists(tokenizer_file))
-      throw job_error(c.model.path + ": no tokenizer.json; a model directory needs config.json, weights and "
+      throw job_error(c.model.path +
+                      ": no tokenizer.json; a model directory needs config.json, weights and "
                       "tokenizer.json");
     m.tokenizer = std::make_shared<const kernels::tokenizer>(kernels::tokenizer::load(tokenizer_file.string()));
     m.policy = std::make_shared<kernels::policy_model>(kernels::policy_model::load(c.model.path));
@@ -216,8 +217,8 @@ bool warm_start(const run_config& c, model_parts& m, const std::atomic<bool>& st
     }
     loss = sft.sft_update(batch).loss;
     auto elapsed = seconds_since(start);
-    progress.show("warm start (SFT) step " + std::to_string(step + 1) + "/" + std::to_string(c.sft.steps) +
-                  " | loss " + std::to_string(loss).substr(0, 6) + " | ETA " +
+    progress.show("warm start (SFT) step " + std::to_string(step + 1) + "/" + std::to_string(c.sft.steps) + " | loss " +
+                  std::to_string(loss).substr(0, 6) + " | ETA " +
                   duration_text(elapsed / static_cast<double>(step + 1) * static_cast<double>(c.sft.steps - step - 1)));
   }
   progress.close();
@@ -231,9 +232,8 @@ std::shared_ptr<eval_set> make_eval_set(const run_config& c, const model_parts& 
   for (auto& item : held_out_items(c)) {
     set->prompts.push_back(m.tokenizer->encode(item.prompt));
     set->tasks.push_back(item.task);
-    set->difficulty.push_back(c.task.kind == "jsonl" ? 0
-                                                     : static_cast<int64_t>(std::count(item.prompt.begin(),
-                                                                                       item.prompt.end(), '+')) + 1);
+    set->difficulty.push_back(
+        c.task.kind == "jsonl" ? 0 : static_cast<int64_t>(std::count(item.prompt.begin(), item.prompt.end(), '+')) + 1);
   }
   return set;
 }
@@ -280,8 +280,10 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
       resume = controller_checkpoint::from_json(text.str(), resume_from + "/controller_state.json");
       auto saved = kernels::policy_model::load((fs::path{resume_from} / "model").string());
       if (saved.flat().numel() != m.policy->flat().numel())
-        throw job_error(resume_from + ": the checkpoint's model differs from the configured one; resume with the "
-                        "configuration the run started with (" + (options.run_dir / "config.toml").string() + ")");
+        throw job_error(resume_from +
+                        ": the checkpoint's model differs from the configured one; resume with the "
+                        "configuration the run started with (" +
+                        (options.run_dir / "config.toml").string() + ")");
       m.policy->flat().copy_(saved.flat());
       spdlog::info("resuming from {}: version {}, {} steps done, {} groups to generate again", resume_from,
                    resume->version, resume->steps, resume->requeue.size());
@@ -406,29 +408,31 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
           result.exit_code = code;
           result.why = why;
         },
-        caf::after(std::chrono::milliseconds(250)) >> [&] {
-          if (stop.load() && !stop_sent) {
-            stop_sent = true;
-            progress.close();
-            spdlog::info("stopping at the next step boundary; a checkpoint will be written");
-            self->send(controller, shutdown_atom::value, std::string{"stopped by a signal"});
-          }
-          self->request(controller, std::chrono::seconds(5), stats_atom::value)
-              .receive(
-                  [&](controller_stats& s) {
-                    auto elapsed = seconds_since(rl_start);
-                    auto done_steps = s.steps - steps_at_start;
-                    auto rate = done_steps > 0 ? elapsed / static_cast<double>(done_steps) : 0.0;
-                    std::ostringstream os;
-                    os.precision(3);
-                    os << "RL step " << s.steps << "/" << rl.steps << " | "
-                       << static_cast<double>(s.trained - (resume ? resume->trained : 0)) / std::max(elapsed, 1e-9)
-                       << " samples/s | reward " << s.reward_mean_last << " | staleness <= " << s.max_staleness
-                       << " | ETA " << (done_steps > 0 ? duration_text(rate * static_cast<double>(rl.steps - s.steps)) : "?");
-                    progress.show(os.str());
-                  },
-                  [](caf::error&) {});
-        });
+        caf::after(std::chrono::milliseconds(250)) >>
+            [&] {
+              if (stop.load() && !stop_sent) {
+                stop_sent = true;
+                progress.close();
+                spdlog::info("stopping at the next step boundary; a checkpoint will be written");
+                self->send(controller, shutdown_atom::value, std::string{"stopped by a signal"});
+              }
+              self->request(controller, std::chrono::seconds(5), stats_atom::value)
+                  .receive(
+                      [&](controller_stats& s) {
+                        auto elapsed = seconds_since(rl_start);
+                        auto done_steps = s.steps - steps_at_start;
+                        auto rate = done_steps > 0 ? elapsed / static_cast<double>(done_steps) : 0.0;
+                        std::ostringstream os;
+                        os.precision(3);
+                        os << "RL step " << s.steps << "/" << rl.steps << " | "
+                           << static_cast<double>(s.trained - (resume ? resume->trained : 0)) / std::max(elapsed, 1e-9)
+                           << " samples/s | reward " << s.reward_mean_last << " | staleness <= " << s.max_staleness
+                           << " | ETA "
+                           << (done_steps > 0 ? duration_text(rate * static_cast<double>(rl.steps - s.steps)) : "?");
+                        progress.show(os.str());
+                      },
+                      [](caf::error&) {});
+            });
   }
   progress.close();
   result.rl_seconds = seconds_since(rl_start);
@@ -452,11 +456,14 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
               final_model.flat().copy_(*w.flat);
               auto r = evaluate_policy(final_model, *m.tokenizer, *evals, eo);
               result.accuracy_after = r.accuracy;
-              spdlog::info("held-out greedy accuracy after RL (version {}): {:.1f}% ({})", w.version,
-                           100 * r.accuracy, by_difficulty_text(r));
+              spdlog::info("held-out greedy accuracy after RL (version {}): {:.1f}% ({})", w.version, 100 * r.accuracy,
+                           by_difficulty_text(r));
               std::ofstream(options.run_dir / "metrics.jsonl", std::ios::app)
-                  << nlohmann::json{{"event", "eval"}, {"version", w.version}, {"accuracy", r.accuracy},
-                                    {"response_tokens_mean", r.mean_tokens}, {"final", true}}
+                  << nlohmann::json{{"event", "eval"},
+                                    {"version", w.version},
+                                    {"accuracy", r.accuracy},
+                                    {"response_tokens_mean", r.mean_tokens},
+                                    {"final", true}}
                          .dump()
                   << "\n";
             },
@@ -497,9 +504,10 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
     spdlog::info("held-out accuracy: {:.1f}% before RL -> {:.1f}% after RL ({:+.1f} points); {} steps in {:.0f} s",
                  100 * result.accuracy_before, 100 * result.accuracy_after,
                  100 * (result.accuracy_after - result.accuracy_before), s.steps, result.rl_seconds);
-  spdlog::info("outputs in {}: metrics.jsonl, trace.json (open in https://ui.perfetto.dev), checkpoint/, sft_model/, "
-               "summary.json",
-               options.run_dir.string());
+  spdlog::info(
+      "outputs in {}: metrics.jsonl, trace.json (open in https://ui.perfetto.dev), checkpoint/, sft_model/, "
+      "summary.json",
+      options.run_dir.string());
   return result;
 }
 

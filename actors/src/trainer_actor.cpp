@@ -123,7 +123,7 @@ trainer_actor spawn_trainer(caf::actor_system& sys, trainer_setup setup) {
         st.setup = std::move(setup);
         st.trainer = std::make_unique<kernels::trainer>(*st.setup.model, st.setup.config);
         if (auto share = st.setup.share)
-          st.trainer->set_thread_count([share] { return share->threads_now(); });
+          st.trainer->set_thread_count([share] { return share->training_threads(); });
         st.trainer->set_policy_version(st.setup.initial_version);
         if (!st.setup.resume_from.empty()) {
           try {
@@ -143,8 +143,7 @@ trainer_actor spawn_trainer(caf::actor_system& sys, trainer_setup setup) {
                 return caf::make_error(caf::sec::runtime_error, "trainer: " + self->state.broken);
               return current_weights(self);
             },
-            [self](checkpoint_atom, std::string& directory,
-                   std::string& controller_state) -> caf::result<int64_t> {
+            [self](checkpoint_atom, std::string& directory, std::string& controller_state) -> caf::result<int64_t> {
               auto& s = self->state;
               try {
                 tracer::scope span{s.setup.trace.get(), "trainer", "checkpoint"};

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <numeric>
 #include <sstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -62,11 +63,12 @@ double trainer::learning_rate() const {
 }
 
 std::vector<std::vector<size_t>> trainer::plan(const std::vector<sequence_ref>& seqs,
-                                               const std::vector<size_t>& members) const {
+                                               const std::vector<size_t>& members, size_t min_micro_batches) const {
   std::vector<int64_t> lengths;
   for (auto i : members)
     lengths.push_back(static_cast<int64_t>(seqs[i].prompt->size() + seqs[i].response->size()));
-  auto local = config_.packed ? pack_first_fit_decreasing(lengths, config_.max_tokens_per_mb)
+  min_micro_batches = std::max<size_t>(1, std::min(min_micro_batches, members.size()));
+  auto local = config_.packed ? pack_first_fit_decreasing(lengths, config_.max_tokens_per_mb, min_micro_batches)
                               : pack_fixed(members.size(), static_cast<size_t>(config_.padded_mb_sequences));
   for (auto& mb : local)
     for (auto& i : mb)
@@ -74,10 +76,8 @@ std::vector<std::vector<size_t>> trainer::plan(const std::vector<sequence_ref>& 
   return local;
 }
 
-at::Tensor trainer::micro_batch_logprobs(const std::vector<sequence_ref>& seqs, const std::vector<size_t>& members,
-                                         int64_t* computed_tokens) {
-  if (thread_count_)
-    at::set_num_threads(std::max(1, thread_count_()));
+at::Tensor trainer::micro_batch_logprobs(policy_model& model, const std::vector<sequence_ref>& seqs,
+                                         const std::vector<size_t>& members, int64_t* computed_tokens) {
   // Packed: sequences back to back. Padded: each extended with token 0 to the
   // micro-batch's longest, so that padding costs what it costs.
   int64_t longest = 0;
@@ -102,11 +102,69 @@ at::Tensor trainer::micro_batch_logprobs(const std::vector<sequence_ref>& seqs, 
     cu.push_back(start + length);
   }
   *computed_tokens += cu.back();
-  auto device = model_.flat().device();
-  auto hidden = model_.forward(at::tensor(tokens).to(device), cu);
+  auto device = model.flat().device();
+  auto hidden = model.forward(at::tensor(tokens).to(device), cu);
   auto selected = hidden.index_select(0, at::tensor(rows).to(device));
-  return chunked_token_logprobs(selected, model_.output_weight(), at::tensor(targets).to(device), config_.temperature,
+  return chunked_token_logprobs(selected, model.output_weight(), at::tensor(targets).to(device), config_.temperature,
                                 config_.logprob_chunk_elements);
+}
+
+size_t trainer::replicas_now() const {
+  auto available = thread_count_ ? thread_count_() : config_.data_parallel;
+  if (!model_.flat().device().is_cpu())
+    return 1;  // data-parallel replicas are a CPU device's way to use its cores
+  return static_cast<size_t>(std::max<int64_t>(1, available));
+}
+
+void trainer::for_micro_batches(const std::vector<std::vector<size_t>>& micro_batches, size_t available,
+                                const std::function<void(policy_model&, const std::vector<size_t>&, size_t)>& work,
+                                bool with_grad) {
+  auto replicas = std::max<size_t>(1, std::min(available, micro_batches.size()));
+  if (replicas == 1) {
+    if (thread_count_)
+      at::set_num_threads(static_cast<int>(available));  // one replica: every available thread for its products
+    for (auto& mb : micro_batches)
+      work(model_, mb, 0);
+    return;
+  }
+  while (replicas_.size() + 1 < replicas)
+    replicas_.push_back(std::make_unique<policy_model>(model_.config(), model_.flat().options()));
+  {
+    at::NoGradGuard no_grad;
+    for (size_t k = 0; k + 1 < replicas; ++k) {
+      replicas_[k]->flat().copy_(model_.flat());  // the parameters of this pass
+      if (with_grad) {
+        replicas_[k]->set_trainable(true);
+        replicas_[k]->flat_grad().zero_();
+      }
+    }
+  }
+  std::vector<std::exception_ptr> errors(replicas);
+  auto run = [&](size_t k) {
+    try {
+      at::set_num_threads(1);             // per thread: one core each
+      c10::AutoGradMode mode(with_grad);  // grad mode is per thread too
+      auto& model = k == 0 ? model_ : *replicas_[k - 1];
+      for (size_t i = k; i < micro_batches.size(); i += replicas)
+        work(model, micro_batches[i], k);
+    } catch (...) {
+      errors[k] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t k = 1; k < replicas; ++k)
+    threads.emplace_back(run, k);
+  run(0);
+  for (auto& t : threads)
+    t.join();
+  for (auto& e : errors)
+    if (e)
+      std::rethrow_exception(e);
+  if (with_grad) {
+    at::NoGradGuard no_grad;
+    for (size_t k = 0; k + 1 < replicas; ++k)
+      model_.flat_grad().add_(replicas_[k]->flat_grad());
+  }
 }
 
 std::vector<std::vector<float>> trainer::response_logprobs(const std::vector<std::vector<int32_t>>& prompts,
@@ -118,17 +176,21 @@ std::vector<std::vector<float>> trainer::response_logprobs(const std::vector<std
   std::vector<size_t> all(seqs.size());
   std::iota(all.begin(), all.end(), 0);
   std::vector<std::vector<float>> out(seqs.size());
-  int64_t computed = 0;
-  for (auto& mb : plan(seqs, all)) {
-    auto logp = micro_batch_logprobs(seqs, mb, &computed).to(at::kCPU).contiguous();
-    auto data = logp.data_ptr<float>();
-    size_t offset = 0;
-    for (auto i : mb) {
-      auto n = seqs[i].response->size();
-      out[i].assign(data + offset, data + offset + n);
-      offset += n;
-    }
-  }
+  auto replicas = replicas_now();
+  std::vector<int64_t> computed(replicas, 0);
+  for_micro_batches(
+      plan(seqs, all, replicas), replicas,
+      [&](policy_model& model, const std::vector<size_t>& mb, size_t k) {
+        auto logp = micro_batch_logprobs(model, seqs, mb, &computed[k]).to(at::kCPU).contiguous();
+        auto data = logp.data_ptr<float>();
+        size_t offset = 0;
+        for (auto i : mb) {  // each sequence belongs to one micro-batch: no two threads write one entry
+          auto n = seqs[i].response->size();
+          out[i].assign(data + offset, data + offset + n);
+          offset += n;
+        }
+      },
+      false);
   return out;
 }
 
@@ -189,33 +251,55 @@ double trainer::accumulate(const std::vector<rl_sample>& batch, const std::vecto
   int64_t minibatch_tokens = 0;
   for (auto i : members)
     minibatch_tokens += static_cast<int64_t>(batch[i].response.size());
+  // Per replica, merged after the pass.
+  struct partial {
+    double loss = 0, kl = 0;
+    int64_t computed_tokens = 0, micro_batches = 0;
+    ppo_token_stats ppo;
+  };
+  auto replicas = replicas_now();
+  std::vector<partial> parts(replicas);
+  for_micro_batches(
+      plan(seqs, members, replicas), replicas,
+      [&](policy_model& model, const std::vector<size_t>& mb, size_t k) {
+        auto& part = parts[k];
+        auto logp = micro_batch_logprobs(model, seqs, mb, &part.computed_tokens);
+        std::vector<float> p, b, a, r;
+        bool with_reference = config_.kl_coef > 0;
+        for (auto i : mb) {
+          p.insert(p.end(), prox[i].begin(), prox[i].end());
+          b.insert(b.end(), batch[i].behaviour_logprobs.begin(), batch[i].behaviour_logprobs.end());
+          a.insert(a.end(), batch[i].response.size(), static_cast<float>(batch[i].advantage));
+          with_reference = with_reference && batch[i].reference_logprobs.size() == batch[i].response.size();
+          if (with_reference)
+            r.insert(r.end(), batch[i].reference_logprobs.begin(), batch[i].reference_logprobs.end());
+        }
+        auto device = logp.device();
+        auto losses = ppo_token_losses(logp, at::tensor(p).to(device), at::tensor(b).to(device),
+                                       at::tensor(a).to(device), config_.ppo, &part.ppo);
+        if (with_reference) {
+          auto kl = kl_penalty(logp, at::tensor(r).to(device), config_.kl);
+          part.kl += kl.sum().item<double>();
+          losses = losses + config_.kl_coef * kl;
+        }
+        // Divided by the minibatch's tokens, not the micro-batch's: the accumulated
+        // gradient is then the gradient of the minibatch's token mean.
+        auto loss = losses.sum() / static_cast<double>(minibatch_tokens);
+        loss.backward();
+        part.loss += loss.item<double>();
+        part.micro_batches++;
+      },
+      true);
   double minibatch_loss = 0, minibatch_kl = 0;
-  for (auto& mb : plan(seqs, members)) {
-    auto logp = micro_batch_logprobs(seqs, mb, &stats.computed_tokens);
-    std::vector<float> p, b, a, r;
-    bool with_reference = config_.kl_coef > 0;
-    for (auto i : mb) {
-      p.insert(p.end(), prox[i].begin(), prox[i].end());
-      b.insert(b.end(), batch[i].behaviour_logprobs.begin(), batch[i].behaviour_logprobs.end());
-      a.insert(a.end(), batch[i].response.size(), static_cast<float>(batch[i].advantage));
-      with_reference = with_reference && batch[i].reference_logprobs.size() == batch[i].response.size();
-      if (with_reference)
-        r.insert(r.end(), batch[i].reference_logprobs.begin(), batch[i].reference_logprobs.end());
-    }
-    auto device = logp.device();
-    auto losses = ppo_token_losses(logp, at::tensor(p).to(device), at::tensor(b).to(device), at::tensor(a).to(device),
-                                   config_.ppo, &stats.ppo);
-    if (with_reference) {
-      auto kl = kl_penalty(logp, at::tensor(r).to(device), config_.kl);
-      minibatch_kl += kl.sum().item<double>();
-      losses = losses + config_.kl_coef * kl;
-    }
-    // Divided by the minibatch's tokens, not the micro-batch's: the accumulated
-    // gradient is then the gradient of the minibatch's token mean.
-    auto loss = losses.sum() / static_cast<double>(minibatch_tokens);
-    loss.backward();
-    minibatch_loss += loss.item<double>();
-    stats.micro_batches++;
+  for (auto& part : parts) {
+    minibatch_loss += part.loss;
+    minibatch_kl += part.kl;
+    stats.computed_tokens += part.computed_tokens;
+    stats.micro_batches += part.micro_batches;
+    stats.ppo.tokens += part.ppo.tokens;
+    stats.ppo.clipped += part.ppo.clipped;
+    stats.ppo.behaviour_masked += part.ppo.behaviour_masked;
+    stats.ppo.importance_weight_sum += part.ppo.importance_weight_sum;
   }
   stats.kl = minibatch_kl / static_cast<double>(minibatch_tokens);
   stats.tokens += minibatch_tokens;
@@ -283,7 +367,7 @@ step_stats trainer::sft_update(const std::vector<sft_sample>& batch) {
   std::vector<size_t> all(seqs.size());
   std::iota(all.begin(), all.end(), 0);
   for (auto& mb : plan(seqs, all)) {
-    auto logp = micro_batch_logprobs(seqs, mb, &stats.computed_tokens);
+    auto logp = micro_batch_logprobs(model_, seqs, mb, &stats.computed_tokens);
     auto loss = -logp.sum() / static_cast<double>(total);
     loss.backward();
     stats.loss += loss.item<double>();
@@ -303,7 +387,8 @@ std::string trainer::complete_checkpoint(const std::string& directory) {
   return {};
 }
 
-void trainer::save_checkpoint(const std::string& directory, const std::map<std::string, std::string>& extra_files) const {
+void trainer::save_checkpoint(const std::string& directory,
+                              const std::map<std::string, std::string>& extra_files) const {
   // Write everything into a fresh sibling directory, then swap it into place:
   // at every moment either the old or the new checkpoint is complete on disk.
   fs::path target{directory};

@@ -39,8 +39,8 @@ struct controller_checkpoint {
   int64_t max_staleness = 0;
   double reward_mean_first = 0;
   double reward_mean_last = 0;
-  uint64_t source_position = 0;   // prompts taken from the stream
-  std::vector<uint64_t> requeue;  // stream positions of groups started but not trained
+  uint64_t source_position = 0;             // prompts taken from the stream
+  std::vector<uint64_t> requeue;            // stream positions of groups started but not trained
   std::vector<uint64_t> dropped_positions;  // stream positions of the groups dropped (with a reason)
   uint64_t next_group = 0;
   int64_t generated_tokens = 0;
@@ -68,8 +68,8 @@ struct controller_setup {
   trainer_actor trainer;
   evaluator_actor evaluator;  // optional: evaluates every eval_every steps
   int64_t eval_every = 0;
-  std::string metrics_path;    // JSON lines appended here; empty: no metrics file
-  std::string checkpoint_dir;  // empty: no checkpoints
+  std::string metrics_path;      // JSON lines appended here; empty: no metrics file
+  std::string checkpoint_dir;    // empty: no checkpoints
   int64_t checkpoint_every = 0;  // steps; 0: only when the run ends or stops
   std::optional<controller_checkpoint> resume;
   std::shared_ptr<tracer> trace;

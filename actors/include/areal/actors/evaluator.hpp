@@ -26,8 +26,8 @@ struct eval_set {
 };
 
 struct eval_result {
-  double accuracy = 0;         // fraction judged correct
-  double mean_tokens = 0;      // mean response length
+  double accuracy = 0;                                           // fraction judged correct
+  double mean_tokens = 0;                                        // mean response length
   std::map<int64_t, std::pair<int64_t, int64_t>> by_difficulty;  // bucket -> (correct, total)
 };
 

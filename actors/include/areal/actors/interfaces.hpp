@@ -96,7 +96,7 @@ struct train_report {
   double seconds = 0;            // the whole step: proximal pass, gradients, optimizer
   double kl = 0;                 // mean KL(pi_theta || pi_ref) estimate, when a reference is used
   double lr = 0;
-  double publish_seconds = 0;    // snapshot of the new weights for the rollout workers
+  double publish_seconds = 0;  // snapshot of the new weights for the rollout workers
 };
 
 template <class Inspector>

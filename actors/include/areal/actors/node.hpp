@@ -51,9 +51,9 @@ node_actor spawn_node(caf::actor_system& sys, node_setup setup);
 node_hello make_hello(const node_setup& setup);
 
 struct node_run_options {
-  std::string run_dir;    // the run's output directory
-  bool resume = false;    // continue from the checkpoint in run_dir
-  bool progress = true;   // the live progress line on stderr
+  std::string run_dir;   // the run's output directory
+  bool resume = false;   // continue from the checkpoint in run_dir
+  bool progress = true;  // the live progress line on stderr
 };
 
 /// True when this node runs the whole job in one process (a single-node

@@ -12,9 +12,9 @@
 #include <caf/actor_system.hpp>
 
 #include "areal/actors/interfaces.hpp"
-#include "areal/runtime/trace.hpp"
 #include "areal/reward/score.hpp"
 #include "areal/runtime/config.hpp"
+#include "areal/runtime/trace.hpp"
 
 namespace areal {
 

@@ -24,10 +24,10 @@ namespace areal {
 struct rl_job_options {
   run_config config;
   std::filesystem::path run_dir;
-  bool resume = false;       // continue from run_dir/checkpoint
-  int compute_threads = 1;   // the node's cores for LibTorch work
-  bool share_cores = true;   // work-conserving sharing between generation and training; false: static split
-  bool progress = true;      // the live progress line on stderr
+  bool resume = false;      // continue from run_dir/checkpoint
+  int compute_threads = 1;  // the node's cores for LibTorch work
+  bool share_cores = true;  // work-conserving sharing between generation and training; false: static split
+  bool progress = true;     // the live progress line on stderr
 };
 
 struct rl_job_result {

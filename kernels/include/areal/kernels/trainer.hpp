@@ -8,12 +8,16 @@
 // `ppo_minibatches`; each is packed into micro-batches under
 // max_tokens_per_mb, gradients accumulate over them with the loss divided by
 // the minibatch's token count (so they equal the one-big-batch gradient), and
-// one optimizer step follows.
+// one optimizer step follows. On CPU the micro-batches of a pass can run on
+// several threads at once, each on its own copy of the parameters with one
+// intra-op thread (data_parallel, or set_thread_count); their gradients are
+// summed, equal to the serial ones up to rounding.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -53,6 +57,12 @@ struct trainer_config {
   double kl_coef = 0.0;  // weight of KL(pi_theta || pi_ref) when reference log-probs are given
   kl_estimator kl = kl_estimator::k3;
   uint64_t seed = 1;  // minibatch shuffling
+  /// PPO passes run their micro-batches on this many threads at once, each on
+  /// its own copy of the parameters with one intra-op thread; gradients are
+  /// summed (on CPU one thread per core is more efficient than intra-op threads
+  /// on these small products). 1: one micro-batch at a time. Overridden by
+  /// set_thread_count when that is set.
+  int64_t data_parallel = 1;
 };
 
 struct rl_sample {
@@ -120,9 +130,10 @@ class trainer {
   int64_t skipped_steps() const { return skipped_total_; }
   double learning_rate() const;
   const trainer_config& config() const { return config_; }
-  /// Asked before every micro-batch how many intra-op threads to use (a node
-  /// whose cores are shared between training and generation changes it as the
-  /// other side becomes busy or idle). Unset: the thread's setting stays.
+  /// Asked before every PPO pass (the proximal pass, each minibatch) how many
+  /// threads it may use, which become data-parallel replicas (a node whose cores
+  /// are shared between training and generation changes it as the other side
+  /// becomes busy or idle). Unset: config().data_parallel.
   void set_thread_count(std::function<int()> threads) { thread_count_ = std::move(threads); }
 
  private:
@@ -130,11 +141,19 @@ class trainer {
     const std::vector<int32_t>* prompt;
     const std::vector<int32_t>* response;
   };
-  // Response-token log-probs of one micro-batch (differentiable when grad is on).
-  at::Tensor micro_batch_logprobs(const std::vector<sequence_ref>& seqs, const std::vector<size_t>& members,
-                                  int64_t* computed_tokens);
-  std::vector<std::vector<size_t>> plan(const std::vector<sequence_ref>& seqs,
-                                        const std::vector<size_t>& members) const;
+  // Response-token log-probs of one micro-batch under `model`'s parameters (differentiable when grad is on).
+  at::Tensor micro_batch_logprobs(policy_model& model, const std::vector<sequence_ref>& seqs,
+                                  const std::vector<size_t>& members, int64_t* computed_tokens);
+  // Replicas for a pass now (1 = the model alone, on the calling thread's settings).
+  size_t replicas_now() const;
+  // Runs work(model, micro_batch, replica index) for every micro-batch, spread
+  // over `replicas` threads, replica 0 being model_ on the calling thread and the
+  // others fresh copies of its parameters. Exceptions reach the caller.
+  void for_micro_batches(const std::vector<std::vector<size_t>>& micro_batches, size_t replicas,
+                         const std::function<void(policy_model&, const std::vector<size_t>&, size_t)>& work,
+                         bool with_grad);
+  std::vector<std::vector<size_t>> plan(const std::vector<sequence_ref>& seqs, const std::vector<size_t>& members,
+                                        size_t min_micro_batches = 1) const;
   void check_batch(const std::vector<rl_sample>& batch) const;
   // Accumulates the gradient of the members' token-mean loss; returns that loss.
   double accumulate(const std::vector<rl_sample>& batch, const std::vector<std::vector<float>>& prox,
@@ -151,6 +170,7 @@ class trainer {
   int skipped_in_row_ = 0;
   std::mt19937_64 rng_;
   std::function<int()> thread_count_;
+  std::vector<std::unique_ptr<policy_model>> replicas_;  // parameter copies for data-parallel passes
 };
 
 }  // namespace areal::kernels

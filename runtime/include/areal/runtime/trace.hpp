@@ -62,8 +62,8 @@ class tracer {
   mutable std::mutex mutex_;
   std::vector<std::string> tracks_, names_;
   std::vector<event> events_;
-  std::vector<double> busy_;      // by track
-  std::vector<double> by_what_;   // by name
+  std::vector<double> busy_;     // by track
+  std::vector<double> by_what_;  // by name
   uint64_t spans_left_out_ = 0;
 };
 
