@@ -33,7 +33,6 @@
 
 #include "bench_common.hpp"
 
-#include "areal/actors/node.hpp"
 #include "areal/actors/rl_job.hpp"
 #include "areal/kernels/allocator.hpp"
 #include "areal/kernels/engine.hpp"
@@ -83,9 +82,6 @@ run_config make_config(const workload& w, int threads, std::vector<std::string> 
 }
 
 rl_job_result run_job(const run_config& config, const fs::path& dir, int threads, bool share) {
-  caf::actor_system_config cfg;
-  configure_actor_system(cfg, config.cluster);
-  caf::actor_system sys{cfg};
   rl_job_options o;
   o.config = config;
   o.run_dir = dir;
@@ -93,7 +89,7 @@ rl_job_result run_job(const run_config& config, const fs::path& dir, int threads
   o.share_cores = share;
   o.progress = false;
   std::atomic<bool> stop{false};
-  return run_rl_job(sys, o, stop);
+  return run_rl_job(o, stop);
 }
 
 struct capacity {

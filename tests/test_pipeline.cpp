@@ -10,7 +10,6 @@
 #include <nlohmann/json.hpp>
 
 #include "areal/actors/controller.hpp"
-#include "areal/actors/node.hpp"
 #include "areal/actors/rl_job.hpp"
 #include "node_process.hpp"
 #include "torch_doctest.hpp"
@@ -56,16 +55,13 @@ std::vector<nlohmann::json> read_metrics(const std::filesystem::path& run_dir) {
 
 rl_job_result run_job(const run_config& config, const std::filesystem::path& dir, bool resume,
                       const std::atomic<bool>& stop) {
-  caf::actor_system_config cfg;
-  configure_actor_system(cfg, config.cluster);
-  caf::actor_system sys{cfg};
   rl_job_options o;
   o.config = config;
   o.run_dir = dir;
   o.resume = resume;
   o.compute_threads = 2;
   o.progress = false;
-  return run_rl_job(sys, o, stop);
+  return run_rl_job(o, stop);
 }
 
 }  // namespace

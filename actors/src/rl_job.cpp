@@ -16,6 +16,7 @@
 
 #include "areal/actors/controller.hpp"
 #include "areal/actors/evaluator.hpp"
+#include "areal/actors/node.hpp"
 #include "areal/actors/reward_pool.hpp"
 #include "areal/actors/rollout.hpp"
 #include "areal/actors/trainer_actor.hpp"
@@ -509,6 +510,13 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
       "summary.json",
       options.run_dir.string());
   return result;
+}
+
+rl_job_result run_rl_job(const rl_job_options& options, const std::atomic<bool>& stop) {
+  caf::actor_system_config cfg;
+  configure_actor_system(cfg, options.config.cluster);
+  caf::actor_system sys{cfg};
+  return run_rl_job(sys, options, stop);
 }
 
 }  // namespace areal

@@ -44,5 +44,7 @@ struct rl_job_result {
 /// Runs the job in `sys`; blocks until it ends. Setting `stop` (SIGINT) stops
 /// the run at the next step boundary with a checkpoint written.
 rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, const std::atomic<bool>& stop);
+/// The same in an actor system of its own (configured from options.config.cluster).
+rl_job_result run_rl_job(const rl_job_options& options, const std::atomic<bool>& stop);
 
 }  // namespace areal
