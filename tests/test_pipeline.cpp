@@ -147,13 +147,7 @@ TEST_CASE("a stopped run resumes where it stopped: counters, data position and v
   REQUIRE(first.exit_code == 0);
   REQUIRE(first.stats.steps >= 5);
   REQUIRE(first.stats.steps < 12);
-  auto saved = controller_checkpoint::from_json(
-      [&] {
-        std::stringstream text;
-        text << std::ifstream(dir.path / "checkpoint" / "controller_state.json").rdbuf();
-        return text.str();
-      }(),
-      "controller_state.json");
+  auto saved = controller_checkpoint::load((dir.path / "checkpoint").string());
   CHECK(saved.version == first.stats.steps);
   CHECK(saved.admitted == saved.trained + saved.dropped);
 
@@ -190,13 +184,7 @@ TEST_CASE("a stopped run resumes where it stopped: counters, data position and v
   for (size_t i = 0; i < versions.size(); ++i)
     CHECK(versions[i] == static_cast<int64_t>(i) + 1);
   // Every group the first run had started but not trained was generated again after the resume.
-  auto last = controller_checkpoint::from_json(
-      [&] {
-        std::stringstream text;
-        text << std::ifstream(dir.path / "checkpoint" / "controller_state.json").rdbuf();
-        return text.str();
-      }(),
-      "controller_state.json");
+  auto last = controller_checkpoint::load((dir.path / "checkpoint").string());
   std::set<uint64_t> accounted(trained.begin(), trained.end());
   accounted.insert(last.requeue.begin(), last.requeue.end());
   accounted.insert(last.dropped_positions.begin(), last.dropped_positions.end());

@@ -8,6 +8,7 @@
 #include <deque>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <stdexcept>
 
 #include <caf/all.hpp>
@@ -67,6 +68,16 @@ controller_checkpoint controller_checkpoint::from_json(const std::string& text, 
   } catch (const nlohmann::json::exception& e) {
     throw std::invalid_argument(where + ": " + e.what());
   }
+}
+
+controller_checkpoint controller_checkpoint::load(const std::string& checkpoint_directory) {
+  auto path = checkpoint_directory + "/" + file_name;
+  std::ifstream in(path);
+  if (!in)
+    throw std::invalid_argument(path + ": cannot read the controller's checkpoint");
+  std::stringstream text;
+  text << in.rdbuf();
+  return from_json(text.str(), path);
 }
 
 namespace {

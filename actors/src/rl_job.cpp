@@ -275,10 +275,7 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
       resume_from = kernels::trainer::complete_checkpoint(checkpoint_dir);
       if (resume_from.empty())
         throw job_error("--resume: no checkpoint in " + checkpoint_dir + "; start the run without --resume");
-      std::ifstream in(fs::path{resume_from} / "controller_state.json");
-      std::stringstream text;
-      text << in.rdbuf();
-      resume = controller_checkpoint::from_json(text.str(), resume_from + "/controller_state.json");
+      resume = controller_checkpoint::load(resume_from);
       auto saved = kernels::policy_model::load((fs::path{resume_from} / "model").string());
       if (saved.flat().numel() != m.policy->flat().numel())
         throw job_error(resume_from +

@@ -2,6 +2,8 @@
 // batch, and a snapshot of the new weights for the rollout workers.
 #include "areal/actors/trainer_actor.hpp"
 
+#include "areal/actors/controller.hpp"
+
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -147,7 +149,7 @@ trainer_actor spawn_trainer(caf::actor_system& sys, trainer_setup setup) {
               auto& s = self->state;
               try {
                 tracer::scope span{s.setup.trace.get(), "trainer", "checkpoint"};
-                s.trainer->save_checkpoint(directory, {{"controller_state.json", controller_state}});
+                s.trainer->save_checkpoint(directory, {{controller_checkpoint::file_name, controller_state}});
               } catch (const std::exception& e) {
                 return caf::make_error(caf::sec::runtime_error,
                                        "trainer: cannot save the checkpoint in " + directory + ": " + e.what());

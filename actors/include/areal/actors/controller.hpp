@@ -28,7 +28,7 @@
 
 namespace areal {
 
-/// The controller's part of a run checkpoint (controller_state.json next to the trainer's state).
+/// The controller's part of a run checkpoint (file_name, next to the trainer's state).
 struct controller_checkpoint {
   int64_t version = 0;
   int64_t steps = 0;
@@ -47,9 +47,14 @@ struct controller_checkpoint {
   int64_t trained_tokens = 0;
   double elapsed_s = 0;  // run time before this checkpoint
 
+  /// Its file in a run checkpoint directory.
+  static constexpr const char* file_name = "controller_state.json";
+
   std::string to_json() const;
   /// Throws std::invalid_argument naming `where` when the text is not a controller checkpoint.
   static controller_checkpoint from_json(const std::string& text, const std::string& where);
+  /// Reads file_name in a checkpoint directory; throws std::invalid_argument naming the file.
+  static controller_checkpoint load(const std::string& checkpoint_directory);
 };
 
 struct controller_setup {
