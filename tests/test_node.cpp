@@ -22,6 +22,7 @@ namespace {
 run_config two_node_config() {
   auto r = parse_config(R"([run]
 name = "t"
+job = "probe"
 hold_s = 3600.0
 [cluster]
 app_id = "test"
@@ -100,7 +101,7 @@ TEST_CASE("the handshake refuses other protocol versions and clusters and names 
   hello.protocol_version = 99;
   auto [reply, error] = f.greet(node, hello);
   CHECK_FALSE(reply);
-  CHECK(error.find("node worker speaks protocol version 99, node head speaks protocol version 1") != std::string::npos);
+  CHECK(error.find("node worker speaks protocol version 99, node head speaks protocol version " + std::to_string(protocol_version)) != std::string::npos);
 
   hello = f.worker_hello();
   hello.app_id = "other";

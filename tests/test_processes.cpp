@@ -14,7 +14,7 @@ using namespace std::chrono_literals;
 namespace {
 
 std::string topology(uint16_t head_port, uint16_t worker_port, double hold_s = 0, const char* app_id = "areal-test") {
-  return "[run]\nname = \"proc\"\nhold_s = " + std::to_string(hold_s) + "\n\n[cluster]\napp_id = \"" + app_id +
+  return "[run]\nname = \"proc\"\njob = \"probe\"\nhold_s = " + std::to_string(hold_s) + "\n\n[cluster]\napp_id = \"" + app_id +
          "\"\nconnect_timeout_s = 20.0\nheartbeat_interval_ms = 200\nconnection_timeout_ms = 1500\n\n"
          "[[nodes]]\nname = \"head\"\nport = " +
          std::to_string(head_port) +

@@ -85,6 +85,15 @@ namespace {
 struct queued_sample {
   generation_request request;
   std::shared_ptr<const reward_task> task;
+  bool admitted = false;  // generated again after a failure: admitted and counted once already
+  int attempts = 0;       // requests that failed for it so far
+};
+
+// A rollout worker or reward pool taking part in the run (local or on another node).
+struct member {
+  caf::actor handle;
+  std::string node;  // empty: this process
+  int64_t load = 0;  // its requests in flight
 };
 
 // A generated sample on its way to the reward pool (kept while the pool's queue is full).
@@ -110,9 +119,16 @@ struct controller_state {
   std::deque<uint64_t> requeue;              // stream positions to generate again first (after a resume)
   std::map<uint64_t, uint64_t> open_groups;  // group id -> stream position, until trained or dropped
   std::vector<uint64_t> dropped_positions;   // stream positions of the groups dropped
-  std::vector<int64_t> rollout_load;         // requests in flight per rollout worker
-  std::deque<reward_job> reward_backlog;     // refused by a full reward queue: sent again as replies come back
-  int64_t reward_in_flight = 0;
+  std::map<uint64_t, member> rollouts;       // by member id
+  std::map<uint64_t, member> rewards;        // by member id
+  uint64_t next_member = 0;
+  std::map<uint64_t, std::pair<uint64_t, queued_sample>> generating;  // request id -> (rollout, sample)
+  std::map<uint64_t, std::pair<uint64_t, reward_job>> scoring;        // request id -> (reward pool, job)
+  uint64_t next_request = 0;
+  std::deque<reward_job> reward_backlog;     // waiting for a reward pool (full queues, or none joined)
+  bool member_deadline_armed = false;
+  double window_transfer_s = 0;  // slowest remote weight transfer reported since the last step line
+  int64_t window_transfer_errors = 0;
   int64_t failures_in_row = 0;  // samples dropped since the last one that was scored
   controller_stats stats;
   std::map<std::string, int64_t> carried_drops;  // from before a resume, and the run's end
@@ -291,44 +307,80 @@ void drop(controller_pointer self, uint64_t group, const std::string& reason) {
 
 void on_scored(controller_pointer self, packed<trajectory>& scored, uint64_t group);
 
-// Sends a generated sample to the reward pool. A full pool queue is
-// back-pressure, not a failure: the sample waits and goes again when a reply
-// frees a place.
+// The member with the fewest requests in flight, or members.end().
+std::map<uint64_t, member>::iterator least_loaded(std::map<uint64_t, member>& members) {
+  return std::min_element(members.begin(), members.end(),
+                          [](auto& x, auto& y) { return x.second.load < y.second.load; });
+}
+
+void send_to_reward(controller_pointer self, reward_job job);
+
+// Sends waiting samples to the reward pools while some have room.
+void drain_reward_backlog(controller_pointer self) {
+  auto& st = self->state;
+  while (!st.reward_backlog.empty() && !st.rewards.empty() && !st.finished) {
+    auto next = std::move(st.reward_backlog.front());
+    st.reward_backlog.pop_front();
+    send_to_reward(self, std::move(next));
+    if (!st.reward_backlog.empty() && st.scoring.size() >= st.rewards.size() * 256)
+      return;  // plenty in flight; replies drain the rest
+  }
+}
+
+// Sends a generated sample to the least loaded reward pool. A full pool queue
+// is back-pressure, not a failure: the sample waits and goes again when a
+// reply frees a place. With no reward pool it waits for one to join.
 void send_to_reward(controller_pointer self, reward_job job) {
   auto& st = self->state;
-  st.reward_in_flight++;
-  auto keep = std::make_shared<reward_job>(job);
-  self->request(st.setup.reward, caf::infinite, std::move(job.t), std::move(job.text), *pack(*job.task))
+  auto pool = least_loaded(st.rewards);
+  if (pool == st.rewards.end()) {
+    st.reward_backlog.push_back(std::move(job));
+    return;
+  }
+  auto pool_id = pool->first;
+  pool->second.load++;
+  auto id = st.next_request++;
+  auto packed_task = *pack(*job.task);
+  auto t = job.t;
+  auto text = job.text;
+  st.scoring.emplace(id, std::make_pair(pool_id, std::move(job)));
+  self->request(caf::actor_cast<reward_pool_actor>(pool->second.handle), st.setup.request_timeout, std::move(t),
+                std::move(text), std::move(packed_task))
       .then(
-          [self, keep](packed<trajectory>& scored) {
+          [self, id](packed<trajectory>& scored) {
             auto& cs = self->state;
-            cs.reward_in_flight--;
-            if (!cs.reward_backlog.empty() && !cs.finished) {
-              auto next = std::move(cs.reward_backlog.front());
-              cs.reward_backlog.pop_front();
-              send_to_reward(self, std::move(next));
-            }
-            on_scored(self, scored, keep->group);
+            auto it = cs.scoring.find(id);
+            if (it == cs.scoring.end())
+              return;  // its pool was lost and the sample sent elsewhere
+            auto group = it->second.second.group;
+            if (auto m = cs.rewards.find(it->second.first); m != cs.rewards.end())
+              m->second.load--;
+            cs.scoring.erase(it);
+            if (cs.finished)
+              return;
+            drain_reward_backlog(self);
+            on_scored(self, scored, group);
           },
-          [self, keep](caf::error& err) {
+          [self, id](caf::error& err) {
             auto& cs = self->state;
-            cs.reward_in_flight--;
+            auto it = cs.scoring.find(id);
+            if (it == cs.scoring.end())
+              return;
+            auto refused = std::move(it->second.second);
+            if (auto m = cs.rewards.find(it->second.first); m != cs.rewards.end())
+              m->second.load--;
+            cs.scoring.erase(it);
             if (cs.finished)
               return;
             bool queue_full =
                 err.category() == caf::atom("reward") && err.code() == static_cast<uint8_t>(reward_errc::queue_full);
-            if (queue_full && cs.reward_in_flight > 0) {
-              cs.reward_backlog.push_back(std::move(*keep));
+            if (queue_full && !cs.scoring.empty()) {
+              cs.reward_backlog.push_back(std::move(refused));
               return;
             }
-            drop(self, keep->group, "reward service: " + describe(err));
+            drop(self, refused.group, "reward service: " + describe(err));
             fill(self);
           });
-}
-
-size_t least_loaded_rollout(controller_pointer self) {
-  auto& load = self->state.rollout_load;
-  return static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
 }
 
 void on_scored(controller_pointer self, packed<trajectory>& scored, uint64_t group) {
@@ -351,30 +403,61 @@ void on_scored(controller_pointer self, packed<trajectory>& scored, uint64_t gro
   fill(self);
 }
 
+// A sample whose generation failed (a lost node, a deadline) is generated
+// again, first in line; after 3 failed attempts it is dropped with the reason.
+void generate_again(controller_pointer self, queued_sample sample, const std::string& why) {
+  auto& st = self->state;
+  if (++sample.attempts >= 3) {
+    drop(self, sample.request.group_id, "rollout worker: " + why + " (3 attempts)");
+    return;
+  }
+  sample.admitted = true;
+  st.pending.push_front(std::move(sample));
+}
+
 void dispatch(controller_pointer self, queued_sample sample) {
   auto& state = self->state;
-  auto index = least_loaded_rollout(self);
-  state.rollout_load[index]++;
-  state.gate->admit();
-  state.stats.admitted++;
-  sample.request.admitted_version = state.gate->version();
-  auto group = sample.request.group_id;
+  auto worker = least_loaded(state.rollouts);
+  auto worker_id = worker->first;
+  worker->second.load++;
+  if (!sample.admitted) {
+    state.gate->admit();
+    state.stats.admitted++;
+    sample.request.admitted_version = state.gate->version();
+  }
+  auto id = state.next_request++;
+  auto request = *pack(sample.request);
   auto task = sample.task;
-  self->request(state.setup.rollouts[index], caf::infinite, *pack(sample.request))
+  auto group = sample.request.group_id;
+  state.generating.emplace(id, std::make_pair(worker_id, std::move(sample)));
+  self->request(caf::actor_cast<rollout_actor>(worker->second.handle), state.setup.request_timeout,
+                std::move(request))
       .then(
-          [self, index, task, group](packed<trajectory>& t, std::string& text) {
+          [self, id, task, group](packed<trajectory>& t, std::string& text) {
             auto& st = self->state;
-            st.rollout_load[index]--;
+            auto it = st.generating.find(id);
+            if (it == st.generating.end())
+              return;  // its worker was lost and the sample queued again
+            if (auto m = st.rollouts.find(it->second.first); m != st.rollouts.end())
+              m->second.load--;
+            st.generating.erase(it);
             if (st.finished)
               return;
             send_to_reward(self, {std::move(t), std::move(text), task, group});
+            fill(self);
           },
-          [self, index, group](caf::error& err) {
+          [self, id](caf::error& err) {
             auto& st = self->state;
-            st.rollout_load[index]--;
+            auto it = st.generating.find(id);
+            if (it == st.generating.end())
+              return;
+            auto failed = std::move(it->second.second);
+            if (auto m = st.rollouts.find(it->second.first); m != st.rollouts.end())
+              m->second.load--;
+            st.generating.erase(it);
             if (st.finished)
               return;
-            drop(self, group, "rollout worker: " + describe(err));
+            generate_again(self, std::move(failed), describe(err));
             fill(self);
           });
 }
@@ -418,11 +501,14 @@ bool start_group(controller_pointer self) {
 // Starts new groups and admits samples while the staleness gate allows.
 void fill(controller_pointer self) {
   auto& st = self->state;
-  while (!st.stopping && !st.finished) {
-    bool rollouts_full = true;
-    for (auto load : st.rollout_load)
-      rollouts_full = rollouts_full && load >= st.setup.rollout_slots;
-    if (rollouts_full || st.gate->capacity() <= 0)
+  while (!st.finished) {
+    auto worker = least_loaded(st.rollouts);
+    if (worker == st.rollouts.end() || worker->second.load >= st.setup.rollout_slots)
+      return;
+    // Samples generated again were admitted already: they go even when the
+    // gate is closed or admission has stopped.
+    bool again = !st.pending.empty() && st.pending.front().admitted;
+    if (!again && (st.stopping || st.gate->capacity() <= 0))
       return;
     if (st.pending.empty() && !start_group(self)) {
       st.stopping = true;  // data exhausted: train what remains
@@ -502,6 +588,34 @@ void request_evaluation(controller_pointer self, const local_weights& weights) {
           });
 }
 
+// New weights to every rollout worker: through the publisher when there is
+// one (local workers by pointer, remote nodes in bulk), else directly.
+void publish_weights(controller_pointer self, local_weights& weights) {
+  auto& st = self->state;
+  if (!st.setup.publisher) {
+    for (auto& [id, r] : st.rollouts)
+      self->send(caf::actor_cast<rollout_actor>(r.handle), weights);
+    return;
+  }
+  self->request(st.setup.publisher, st.setup.request_timeout, publish_atom::value, weights)
+      .then(
+          [self](std::vector<weight_delivery>& reports) {
+            auto& s = self->state;
+            for (auto& r : reports) {
+              if (!r.error.empty()) {
+                s.window_transfer_errors++;
+                spdlog::warn("weights of version {} did not reach {}: {}", r.version, r.subscriber, r.error);
+              } else if (r.backend != "in-process") {
+                s.window_transfer_s = std::max(s.window_transfer_s, r.seconds);
+              }
+            }
+          },
+          [self](caf::error& err) {
+            self->state.window_transfer_errors++;
+            spdlog::warn("publishing weights failed: {}", describe(err));
+          });
+}
+
 void on_trained(controller_pointer self, const train_report& report, local_weights& weights,
                 const std::shared_ptr<batch_facts>& facts, int64_t count) {
   auto& st = self->state;
@@ -515,8 +629,7 @@ void on_trained(controller_pointer self, const train_report& report, local_weigh
   st.stats.reward_mean_last = report.reward_mean;
   st.trained_tokens += report.tokens;
   st.gate->set_version(report.version);
-  for (auto& r : st.setup.rollouts)
-    self->send(r, weights);
+  publish_weights(self, weights);
 
   // The metrics line of this step.
   auto now = std::chrono::steady_clock::now();
@@ -550,6 +663,14 @@ void on_trained(controller_pointer self, const train_report& report, local_weigh
     st.window_weight_sync = sync;
   }
   line["idle_fraction"] = idle;
+  if (st.setup.publisher) {
+    line["weight_transfer_s"] = st.window_transfer_s;  // slowest remote subscriber
+    line["weight_transfer_errors"] = st.window_transfer_errors;
+    st.window_transfer_s = 0;
+    st.window_transfer_errors = 0;
+  }
+  line["rollout_workers"] = st.rollouts.size();
+  line["reward_pools"] = st.rewards.size();
   line["admitted"] = st.stats.admitted;
   line["trained"] = st.stats.trained;
   line["dropped"] = st.stats.dropped;
@@ -623,6 +744,85 @@ void try_train(controller_pointer self) {
             });
 }
 
+// With no rollout worker the run cannot progress: it waits member_timeout for one.
+void arm_member_deadline(controller_pointer self) {
+  auto& st = self->state;
+  if (!st.rollouts.empty() || st.member_deadline_armed || st.finished)
+    return;
+  st.member_deadline_armed = true;
+  self->delayed_send(self, st.setup.member_timeout, caf::tick_atom::value);
+}
+
+void on_join(controller_pointer self, const std::string& node, const std::string& role, const caf::actor& handle) {
+  auto& st = self->state;
+  if (!handle || st.finished)
+    return;
+  auto& members = role == "rollout" ? st.rollouts : st.rewards;
+  if (role != "rollout" && role != "reward") {
+    spdlog::warn("controller: node {} offered a member of unknown role \"{}\"", node, role);
+    return;
+  }
+  for (auto& [id, m] : members)
+    if (m.handle == handle)
+      return;
+  self->monitor(handle);
+  members[st.next_member++] = member{handle, node, 0};
+  spdlog::info("controller: a {} joined from node {} ({} rollout worker(s), {} reward pool(s))",
+               role == "rollout" ? "rollout worker" : "reward pool", node, st.rollouts.size(), st.rewards.size());
+  drain_reward_backlog(self);
+  fill(self);
+}
+
+// A member on another node is gone: its unfinished samples are generated (or
+// scored) again by the others; none is lost or trained twice, since a late
+// reply of the lost member would find its request forgotten.
+void on_member_down(controller_pointer self, const caf::down_msg& down) {
+  auto& st = self->state;
+  for (auto* members : {&st.rollouts, &st.rewards}) {
+    for (auto it = members->begin(); it != members->end(); ++it) {
+      if (it->second.handle.address() != down.source)
+        continue;
+      auto id = it->first;
+      auto node = it->second.node;
+      bool rollout = members == &st.rollouts;
+      members->erase(it);
+      size_t requeued = 0;
+      if (rollout) {
+        for (auto r = st.generating.begin(); r != st.generating.end();) {
+          if (r->second.first != id) {
+            ++r;
+            continue;
+          }
+          auto sample = std::move(r->second.second);
+          r = st.generating.erase(r);
+          sample.attempts--;  // the node's loss is not the sample's fault
+          generate_again(self, std::move(sample), "lost node " + node);
+          requeued++;
+        }
+      } else {
+        for (auto r = st.scoring.begin(); r != st.scoring.end();) {
+          if (r->second.first != id) {
+            ++r;
+            continue;
+          }
+          st.reward_backlog.push_front(std::move(r->second.second));
+          r = st.scoring.erase(r);
+          requeued++;
+        }
+      }
+      spdlog::warn("controller: lost the {} on node {} ({}); {} unfinished sample(s) queued again",
+                   rollout ? "rollout worker" : "reward pool", node.empty() ? "(this process)" : node,
+                   describe(down.reason), requeued);
+      if (st.finished)
+        return;
+      arm_member_deadline(self);
+      drain_reward_backlog(self);
+      fill(self);
+      return;
+    }
+  }
+}
+
 }  // namespace
 
 controller_actor spawn_controller(caf::actor_system& sys, controller_setup setup) {
@@ -631,7 +831,12 @@ controller_actor spawn_controller(caf::actor_system& sys, controller_setup setup
     state.setup = std::move(setup);
     state.gate = std::make_unique<staleness_gate>(state.setup.batch_size, state.setup.eta, state.setup.max_concurrent);
     state.buffer = std::make_unique<group_buffer>(state.setup.group_size);
-    state.rollout_load.assign(state.setup.rollouts.size(), 0);
+    for (auto& r : state.setup.rollouts)
+      state.rollouts[state.next_member++] = member{caf::actor_cast<caf::actor>(r), {}, 0};
+    if (state.setup.reward)
+      state.rewards[state.next_member++] = member{caf::actor_cast<caf::actor>(state.setup.reward), {}, 0};
+    self->set_down_handler([self](caf::down_msg& down) { on_member_down(self, down); });
+    arm_member_deadline(self);
     if (!state.setup.metrics_path.empty())
       state.metrics.open(state.setup.metrics_path, std::ios::app);
     if (auto& r = state.setup.resume) {
@@ -676,6 +881,17 @@ controller_actor spawn_controller(caf::actor_system& sys, controller_setup setup
           return st.stats;
         },
         [self](shutdown_atom, std::string& why) { end_run(self, 0, why); },
+        [self](join_atom, std::string& node, std::string& role, caf::actor& handle) {
+          on_join(self, node, role, handle);
+        },
+        [self](caf::tick_atom) {
+          auto& st = self->state;
+          st.member_deadline_armed = false;
+          if (st.rollouts.empty() && !st.finished)
+            end_run(self, 1,
+                    "no rollout worker for " + std::to_string(st.setup.member_timeout.count() / 1000) +
+                        " s; start a node with the rollout role (areal --config TOPOLOGY --node NAME)");
+        },
     };
   });
 }

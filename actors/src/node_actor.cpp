@@ -9,6 +9,7 @@
 #include <caf/io/middleman_actor.hpp>
 
 #include "areal/actors/node.hpp"
+#include "areal/actors/rl_job.hpp"
 #include "areal/runtime/log.hpp"
 
 namespace areal {
@@ -23,6 +24,8 @@ const char* to_string(node_errc x) {
       return "unknown_peer";
     case node_errc::not_a_node:
       return "not_a_node";
+    case node_errc::not_ready:
+      return "not_ready";
   }
   return "unknown";
 }
@@ -100,12 +103,30 @@ struct node_state {
   bool all_joined = false;
   bool finished = false;
   node_stats stats;
+  caf::actor controller;  // RL, controller node: the job's controller and weight publisher
+  caf::actor publisher;
+  caf::actor members;  // RL, other nodes: the agent of this node's rollout workers and reward pool
 };
 
 using node_pointer = node_actor::stateful_pointer<node_state>;
 
 bool is_controller(node_pointer self) {
   return self->state.setup.self.has(role::controller);
+}
+
+bool probe_job(node_pointer self) {
+  return self->state.setup.config.run.probe_only;
+}
+
+// The name of the admitted peer on the sender's node, or empty.
+std::string sending_peer(node_pointer self) {
+  auto sender = self->current_sender();
+  if (!sender)
+    return {};
+  for (auto& [name, p] : self->state.peers)
+    if (p.handle.node() == sender->node())
+      return name;
+  return {};
 }
 
 void finish(node_pointer self, int code, const std::string& why) {
@@ -150,7 +171,7 @@ void end_run(node_pointer self, const std::string& why) {
 
 void check_run_complete(node_pointer self) {
   auto& st = self->state;
-  if (!is_controller(self) || st.all_joined || st.finished || !st.self_probe_done)
+  if (!is_controller(self) || !probe_job(self) || st.all_joined || st.finished || !st.self_probe_done)
     return;
   for (auto& n : st.setup.config.nodes) {
     if (n.name == st.setup.self.name)
@@ -287,6 +308,12 @@ void connect_to_controller(node_pointer self) {
                       }
                       admit_peer(self, handle, *theirs);
                       send_probe(self, theirs->node_name, handle);
+                      auto& s = self->state;
+                      if (!probe_job(self) && !s.members) {
+                        // The RL run: this node's rollout workers and reward pool join it.
+                        s.members = spawn_node_members(self->system(), s.setup.config, s.setup.self, handle);
+                        self->link_to(s.members);
+                      }
                     },
                     [self, target](caf::error& err) {
                       // The controller read our hello and said no (node), or could not read it (wire):
@@ -335,12 +362,21 @@ void start(node_pointer self, node_setup setup) {
   st.hello = make_hello(st.setup);
   st.stats.node_name = st.setup.self.name;
   self->set_down_handler([self](caf::down_msg& down) { on_peer_down(self, down); });
+  // This node's members (linked) stopping on an error stop the node with it.
+  self->set_exit_handler([self](caf::exit_msg& msg) {
+    auto& s = self->state;
+    if (s.members && msg.source == s.members.address() && !s.finished) {
+      finish(self, exit_failure, "this node's rollout workers or reward pool stopped: " + describe(msg.reason));
+      return;
+    }
+    self->quit(msg.reason);
+  });
   auto connect_timeout = std::chrono::duration_cast<caf::timespan>(
       std::chrono::duration<double>(st.setup.config.cluster.connect_timeout_s));
   if (is_controller(self)) {
     // The local path counts too: a probe to ourselves through the same interface.
     send_probe(self, st.setup.self.name, caf::actor_cast<node_actor>(self));
-    if (st.setup.config.nodes.size() > 1)
+    if (st.setup.config.nodes.size() > 1 && probe_job(self))
       self->delayed_send(self, connect_timeout, caf::connect_atom::value);  // the join deadline
   } else {
     st.connect_deadline = std::chrono::steady_clock::now() + connect_timeout;
@@ -398,6 +434,28 @@ node_actor::behavior_type node_behavior(node_pointer self, node_setup setup) {
         st.stats.uptime_ns =
             std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - st.started).count();
         return *pack(st.stats);
+      },
+      [self](join_atom, std::string& role, caf::actor& member) -> caf::result<bool> {
+        auto& st = self->state;
+        auto peer = sending_peer(self);
+        if (peer.empty())
+          return caf::make_error(node_errc::unknown_peer, "only a node that shook hands may add members to the run");
+        if (!st.controller)
+          return caf::make_error(node_errc::not_ready, "the RL job has not started yet");
+        self->send(caf::actor_cast<controller_actor>(st.controller), join_atom::value, peer, role, member);
+        return true;
+      },
+      [self](publisher_atom) -> caf::result<caf::actor> {
+        auto& st = self->state;
+        if (sending_peer(self).empty())
+          return caf::make_error(node_errc::unknown_peer, "only a node that shook hands may subscribe to weights");
+        if (!st.publisher)
+          return caf::make_error(node_errc::not_ready, "the RL job has not started yet");
+        return st.publisher;
+      },
+      [self](publisher_atom, caf::actor& controller, caf::actor& publisher) {
+        self->state.controller = controller;
+        self->state.publisher = publisher;
       },
       [self](run_end_atom, std::string& why) -> bool {
         finish(self, exit_ok, "the controller ended the run: " + why);

@@ -110,8 +110,10 @@ int run_node(const run_config& config, const node_spec& self_spec, const node_ru
     spdlog::info("node exited with code {}", code);
     return code;
   }
-  if (options.resume)
-    spdlog::warn("--resume applies to single-node runs; this node of a multi-node topology ignores it");
+  // The controller node of a multi-node RL run runs the job; the others serve it.
+  bool runs_job = self_spec.has(role::controller) && !config.run.probe_only;
+  if (options.resume && !runs_job)
+    spdlog::warn("--resume applies to the controller node; this node ignores it");
   {
     caf::actor_system_config cfg;
     configure_actor_system(cfg, config.cluster);
@@ -133,6 +135,7 @@ int run_node(const run_config& config, const node_spec& self_spec, const node_ru
     }
 
     std::atomic<bool> stopping{false};
+    std::atomic<bool> stop_job{false};
     std::thread signal_waiter([&] {
       int sig = 0;
       while (sigwait(&signals, &sig) == 0) {
@@ -140,13 +143,35 @@ int run_node(const run_config& config, const node_spec& self_spec, const node_ru
           return;
         if (sig == SIGUSR1)
           continue;
-        spdlog::info("received {}; stopping the node", sig == SIGINT ? "SIGINT" : "SIGTERM");
-        caf::anon_send(node, shutdown_atom::value,
-                       std::string{sig == SIGINT ? "stopped by SIGINT" : "stopped by SIGTERM"});
+        auto why = std::string{sig == SIGINT ? "stopped by SIGINT" : "stopped by SIGTERM"};
+        if (runs_job) {
+          spdlog::info("received {}; stopping the run", sig == SIGINT ? "SIGINT" : "SIGTERM");
+          stop_job = true;
+        } else {
+          spdlog::info("received {}; stopping the node", sig == SIGINT ? "SIGINT" : "SIGTERM");
+          caf::anon_send(node, shutdown_atom::value, why);
+        }
       }
     });
 
-    self->receive([&](done_atom, int32_t exit_code, std::string&) { code = exit_code; });
+    if (runs_job) {
+      rl_job_options job;
+      job.config = config;
+      job.run_dir = options.run_dir;
+      job.resume = options.resume;
+      job.compute_threads = static_cast<int>(self_spec.compute_threads);
+      job.progress = options.progress;
+      job.node = node;
+      job.self = self_spec;
+      auto result = run_rl_job(sys, job, stop_job);
+      code = result.exit_code;
+      // The node actor tells every peer that the run ended, then reports done.
+      caf::anon_send(node, shutdown_atom::value, result.why.empty() ? std::string{"run ended"} : result.why);
+      self->receive([&](done_atom, int32_t, std::string&) {},
+                    caf::after(std::chrono::seconds(10)) >> [] { spdlog::warn("peers did not confirm the run end"); });
+    } else {
+      self->receive([&](done_atom, int32_t exit_code, std::string&) { code = exit_code; });
+    }
 
     stopping = true;
     pthread_kill(signal_waiter.native_handle(), SIGUSR1);

@@ -20,6 +20,7 @@
 #include "areal/actors/reward_pool.hpp"
 #include "areal/actors/rollout.hpp"
 #include "areal/actors/trainer_actor.hpp"
+#include "areal/actors/weight_transport.hpp"
 #include "areal/kernels/model_config.hpp"
 #include "areal/kernels/trainer.hpp"
 #include "areal/runtime/log.hpp"
@@ -247,6 +248,30 @@ std::string by_difficulty_text(const eval_result& r) {
   return out;
 }
 
+int64_t max_sequence(const model_parts& m) {
+  return std::min<int64_t>(m.config.max_position_embeddings, 1024);
+}
+
+std::vector<rollout_actor> spawn_rollout_workers(caf::actor_system& sys, const run_config& c, const model_parts& m,
+                                                 std::shared_ptr<compute_share> share, std::shared_ptr<tracer> trace,
+                                                 int64_t initial_version, const std::string& prefix) {
+  std::vector<rollout_actor> rollouts;
+  for (int64_t i = 0; i < c.rl.rollout_workers; ++i) {
+    auto copy = std::make_shared<kernels::policy_model>(m.config);
+    copy->flat().copy_(m.policy->flat());
+    rollout_setup rs;
+    rs.name = prefix + std::to_string(i);
+    rs.model = copy;
+    rs.tokenizer = m.tokenizer;
+    rs.engine = {c.rl.rollout_slots, max_sequence(m), 512, true};
+    rs.initial_version = initial_version;
+    rs.share = share;
+    rs.trace = trace;
+    rollouts.push_back(spawn_rollout(sys, rs));
+  }
+  return rollouts;
+}
+
 }  // namespace
 
 rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, const std::atomic<bool>& stop) {
@@ -269,7 +294,7 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
   try {
     m = make_model(c);
     eo.stop_tokens = {m.eos};
-    eo.max_seq_len = std::min<int64_t>(m.config.max_position_embeddings, 1024);
+    eo.max_seq_len = max_sequence(m);
     evals = make_eval_set(c, m);
     if (options.resume) {
       resume_from = kernels::trainer::complete_checkpoint(checkpoint_dir);
@@ -317,19 +342,29 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
   auto trace = std::make_shared<tracer>("areal " + c.run.name);
   int actors = 2;  // rollout side and trainer side
   auto share = std::make_shared<compute_share>(options.compute_threads, options.share_cores || rl.synchronous, actors);
+  bool multi_node = static_cast<bool>(options.node);
   std::vector<rollout_actor> rollouts;
-  for (int64_t i = 0; i < rl.rollout_workers; ++i) {
-    auto copy = std::make_shared<kernels::policy_model>(m.config);
-    copy->flat().copy_(m.policy->flat());
-    rollout_setup rs;
-    rs.name = "rollout-" + std::to_string(i);
-    rs.model = copy;
-    rs.tokenizer = m.tokenizer;
-    rs.engine = {rl.rollout_slots, eo.max_seq_len, 512, true};
-    rs.initial_version = resume ? resume->version : 0;
-    rs.share = share;
-    rs.trace = trace;
-    rollouts.push_back(spawn_rollout(sys, rs));
+  if (!multi_node || options.self.has(role::rollout))
+    rollouts = spawn_rollout_workers(sys, c, m, share, trace, resume ? resume->version : 0, "rollout-");
+  // Multi-node: the weights of each version go out through the publisher,
+  // which starts with the current ones (for nodes that join).
+  weight_publisher_actor publisher;
+  if (multi_node) {
+    weight_publisher_setup ps;
+    ps.name = options.self.name;
+    ps.backend = *parse_weight_backend(c.cluster.weight_transport);
+    ps.host = options.self.host;
+    ps.chunk_bytes = c.cluster.weight_chunk_bytes;
+    ps.timeout = std::chrono::milliseconds(c.cluster.transfer_timeout_ms);
+    publisher = spawn_weight_publisher(sys, ps);
+    caf::scoped_actor boot{sys};
+    local_weights initial{resume ? resume->version : 0, std::make_shared<const at::Tensor>(m.policy->flat().clone())};
+    boot->request(publisher, caf::infinite, publish_atom::value, initial)
+        .receive([](std::vector<weight_delivery>&) {}, [](caf::error&) {});
+    for (size_t i = 0; i < rollouts.size(); ++i)
+      boot->request(publisher, caf::infinite, subscribe_atom::value, "rollout-" + std::to_string(i),
+                    caf::actor_cast<caf::actor>(rollouts[i]))
+          .receive([](packed<weight_manifest>&, std::string&) {}, [](caf::error&) {});
   }
   trainer_setup ts;
   ts.model = m.policy;
@@ -352,7 +387,9 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
   auto trainer = spawn_trainer(sys, ts);
   auto reward_config = make_reward_pool_config(c.reward);
   reward_config.trace = trace;
-  auto reward = spawn_reward_pool(sys, reward_config);
+  reward_pool_actor reward;
+  if (!multi_node || options.self.has(role::reward))
+    reward = spawn_reward_pool(sys, reward_config);
   evaluator_actor evaluator;
   if (c.eval.every > 0 && !evals->prompts.empty()) {
     evaluator_setup es;
@@ -390,11 +427,19 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
   cs.resume = resume;
   cs.trace = trace;
   cs.listener = caf::actor{self};
+  cs.publisher = publisher;
+  cs.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.cluster.request_timeout_s * 1000));
+  cs.member_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.cluster.connect_timeout_s * 1000));
   spdlog::info("RL: {} mode, eta {}, {} steps of {} trajectories ({} prompts x {} samples), {} compute threads ({})",
                rl.synchronous ? "synchronous" : "asynchronous", rl.effective_eta(), rl.steps, rl.batch_size,
                rl.batch_size / rl.group_size, rl.group_size, options.compute_threads,
                options.share_cores || rl.synchronous ? "shared" : "static split");
   auto controller = spawn_controller(sys, std::move(cs));
+  if (multi_node) {
+    caf::anon_send(options.node, publisher_atom::value, caf::actor_cast<caf::actor>(controller),
+                   caf::actor_cast<caf::actor>(publisher));
+    spdlog::info("RL: taking rollout workers and reward pools from the other nodes as they join");
+  }
 
   auto rl_start = clock_type::now();
   auto steps_at_start = resume ? resume->steps : 0;
@@ -436,6 +481,7 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
   result.rl_seconds = seconds_since(rl_start);
   self->request(controller, std::chrono::seconds(10), stats_atom::value)
       .receive([&](controller_stats& s) { result.stats = s; }, [](caf::error&) {});
+  if (reward)
   self->request(reward, std::chrono::seconds(10), stats_atom::value)
       .receive(
           [&](reward_pool_stats& s) {
@@ -470,7 +516,10 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
   for (auto& r : rollouts)
     self->send_exit(r, caf::exit_reason::user_shutdown);
   self->send_exit(trainer, caf::exit_reason::user_shutdown);
-  self->send_exit(reward, caf::exit_reason::user_shutdown);
+  if (reward)
+    self->send_exit(reward, caf::exit_reason::user_shutdown);
+  if (publisher)
+    self->send_exit(publisher, caf::exit_reason::user_shutdown);
   if (evaluator)
     self->send_exit(evaluator, caf::exit_reason::user_shutdown);
   self->send_exit(controller, caf::exit_reason::user_shutdown);
@@ -514,6 +563,124 @@ rl_job_result run_rl_job(const rl_job_options& options, const std::atomic<bool>&
   configure_actor_system(cfg, options.config.cluster);
   caf::actor_system sys{cfg};
   return run_rl_job(sys, options, stop);
+}
+
+}  // namespace areal
+
+namespace areal {
+
+namespace {
+
+struct members_state {
+  static inline const char* name = "areal.node_members";
+  std::string node;
+  node_actor head;  // the controller node's node actor
+  std::vector<rollout_actor> rollouts;
+  uint64_t model_bytes = 0;
+  std::string host;
+  bool gloo = true;
+  std::chrono::milliseconds transfer_timeout{60000};
+  caf::actor subscriber;
+  bool rollouts_joined = false;
+};
+
+using members_pointer = caf::stateful_actor<members_state>*;
+
+constexpr auto retry_interval = std::chrono::seconds(1);
+
+// Hands one member to the run; the controller node answers not_ready until
+// its job runs (the warm start comes first), so this asks again until then.
+void join_run(members_pointer self, const std::string& role, const caf::actor& member) {
+  self->request(self->state.head, std::chrono::seconds(10), join_atom::value, role, member)
+      .then([role](bool) { spdlog::info("{} joined the run", role == "rollout" ? "a rollout worker" : "the reward pool"); },
+            [self, role, member](caf::error& err) {
+              if (err != node_errc::not_ready)
+                spdlog::warn("joining the run failed ({}); trying again", describe(err));
+              self->delayed_send(self, retry_interval, join_atom::value, role, member);
+            });
+}
+
+void subscribe_to_weights(members_pointer self) {
+  self->request(self->state.head, std::chrono::seconds(10), publisher_atom::value)
+      .then(
+          [self](caf::actor& publisher) {
+            auto& st = self->state;
+            weight_subscriber_setup ws;
+            ws.node = st.node;
+            ws.publisher = publisher;
+            for (auto& r : st.rollouts)
+              ws.sinks.push_back(caf::actor_cast<caf::actor>(r));
+            ws.listener = caf::actor_cast<caf::actor>(self);
+            ws.expected_bytes = st.model_bytes;
+            ws.device_host = st.host;
+            ws.allow_gloo = st.gloo;
+            ws.timeout = st.transfer_timeout;
+            st.subscriber = caf::actor_cast<caf::actor>(spawn_weight_subscriber(self->system(), ws));
+            self->link_to(st.subscriber);
+          },
+          [self](caf::error& err) {
+            if (err != node_errc::not_ready)
+              spdlog::warn("asking for the weight publisher failed ({}); trying again", describe(err));
+            self->delayed_send(self, retry_interval, publisher_atom::value);
+          });
+}
+
+}  // namespace
+
+caf::actor spawn_node_members(caf::actor_system& sys, const run_config& config, const node_spec& self_spec,
+                              node_actor controller_node) {
+  return sys.spawn<caf::detached>([config, self_spec, controller_node](members_pointer self) -> caf::behavior {
+    auto& st = self->state;
+    st.node = self_spec.name;
+    st.head = controller_node;
+    st.host = self_spec.host;
+    st.gloo = config.cluster.weight_transport == "gloo";
+    st.transfer_timeout = std::chrono::milliseconds(config.cluster.transfer_timeout_ms);
+    if (self_spec.has(role::reward)) {
+      auto pool = spawn_reward_pool(self->system(), make_reward_pool_config(config.reward));
+      self->link_to(pool);
+      join_run(self, "reward", caf::actor_cast<caf::actor>(pool));
+    }
+    if (self_spec.has(role::rollout)) {
+      try {
+        auto threads = static_cast<int>(self_spec.compute_threads);
+        at::set_num_threads(threads);
+        auto m = make_model(config);
+        st.model_bytes = static_cast<uint64_t>(m.policy->flat().nbytes());
+        auto share = std::make_shared<compute_share>(threads, true, 1);
+        st.rollouts = spawn_rollout_workers(self->system(), config, m, share, nullptr, 0, self_spec.name + "/rollout-");
+        for (auto& r : st.rollouts)
+          self->link_to(r);
+        spdlog::info("{} rollout worker(s) ready ({} compute threads); waiting for the current weights",
+                     st.rollouts.size(), threads);
+        subscribe_to_weights(self);
+      } catch (const std::exception& e) {
+        spdlog::error("cannot start the rollout workers: {}", e.what());
+        self->quit(caf::make_error(caf::sec::runtime_error, e.what()));
+        return {};
+      }
+    }
+    return {
+        [self](join_atom, std::string& role, caf::actor& member) { join_run(self, role, member); },
+        [self](publisher_atom) { subscribe_to_weights(self); },
+        [self](weights_atom, int64_t version, std::string& error) {
+          auto& s = self->state;
+          if (!error.empty()) {
+            if (!s.rollouts_joined) {
+              spdlog::error("the rollout workers cannot take the run's weights: {}", error);
+              self->quit(caf::make_error(weight_errc::size_mismatch, error));
+            }
+            return;
+          }
+          if (s.rollouts_joined)
+            return;
+          s.rollouts_joined = true;
+          spdlog::info("received the run's weights (version {}); the rollout workers join", version);
+          for (auto& r : s.rollouts)
+            join_run(self, "rollout", caf::actor_cast<caf::actor>(r));
+        },
+    };
+  });
 }
 
 }  // namespace areal

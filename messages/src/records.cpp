@@ -38,7 +38,14 @@ uint64_t tensor_entry::byte_size() const {
 }
 
 bool weight_manifest::operator==(const weight_manifest& o) const {
-  return std::tie(version, tensors, total_bytes, checksum) == std::tie(o.version, o.tensors, o.total_bytes, o.checksum);
+  return std::tie(version, tensors, total_bytes, checksum, chunk_bytes, chunk_checksums) ==
+         std::tie(o.version, o.tensors, o.total_bytes, o.checksum, o.chunk_bytes, o.chunk_checksums);
+}
+
+uint64_t weight_manifest::chunk_count() const {
+  if (total_bytes == 0)
+    return 0;
+  return chunk_bytes == 0 ? 1 : (total_bytes + chunk_bytes - 1) / chunk_bytes;
 }
 
 bool io_case_record::operator==(const io_case_record& o) const {

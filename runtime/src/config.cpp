@@ -163,7 +163,15 @@ const std::vector<section_spec>& schema() {
             0,
             86400,
             {},
-            "seconds the controller keeps the run up after every node joined"},
+            "probe job: seconds the controller keeps the run up after every node joined"},
+           {"job",
+            kind::string,
+            std::string{"rl"},
+            -INFINITY,
+            INFINITY,
+            {"rl", "probe"},
+            "rl: the RL run; probe: a connectivity check of the topology (every node joins and exchanges a "
+            "trajectory, then the run ends)"},
        }},
       {"cluster",
        false,
@@ -197,6 +205,34 @@ const std::vector<section_spec>& schema() {
             600000,
             {},
             "a peer silent this long is declared lost (must exceed heartbeat_interval_ms)"},
+           {"weight_transport",
+            kind::string,
+            std::string{"gloo"},
+            -INFINITY,
+            INFINITY,
+            {"gloo", "caf"},
+            "how new weights reach rollout nodes: gloo (a c10d Gloo link per node) or caf (chunk messages)"},
+           {"weight_chunk_kb",
+            kind::integer,
+            int64_t{4096},
+            64,
+            1048576,
+            {},
+            "weights travel in chunks of this size, each with its own checksum"},
+           {"transfer_timeout_ms",
+            kind::integer,
+            int64_t{60000},
+            100,
+            3600000,
+            {},
+            "deadline of one weight transfer to one node"},
+           {"request_timeout_s",
+            kind::number,
+            600.0,
+            1,
+            86400,
+            {},
+            "deadline of one generation or reward request; a sample whose request fails is generated again"},
        }},
       {"model",
        false,
@@ -754,11 +790,16 @@ run_config extract(const toml::table& root, const std::string& source) {
   c.run.output_dir = run["output_dir"].value_or(std::string{});
   c.run.seed = static_cast<uint64_t>(run["seed"].value_or(int64_t{0}));
   c.run.hold_s = run["hold_s"].value_or(0.0);
+  c.run.probe_only = run["job"].value_or(std::string{"rl"}) == "probe";
   auto cluster = root["cluster"];
   c.cluster.app_id = cluster["app_id"].value_or(std::string{});
   c.cluster.connect_timeout_s = cluster["connect_timeout_s"].value_or(0.0);
   c.cluster.heartbeat_interval_ms = static_cast<uint32_t>(cluster["heartbeat_interval_ms"].value_or(int64_t{0}));
   c.cluster.connection_timeout_ms = static_cast<uint32_t>(cluster["connection_timeout_ms"].value_or(int64_t{0}));
+  c.cluster.weight_transport = cluster["weight_transport"].value_or(std::string{"gloo"});
+  c.cluster.weight_chunk_bytes = static_cast<uint64_t>(cluster["weight_chunk_kb"].value_or(int64_t{4096})) * 1024;
+  c.cluster.transfer_timeout_ms = static_cast<uint32_t>(cluster["transfer_timeout_ms"].value_or(int64_t{60000}));
+  c.cluster.request_timeout_s = cluster["request_timeout_s"].value_or(600.0);
   auto model = root["model"];
   c.model.preset = model["preset"].value_or(std::string{});
   c.model.path = model["path"].value_or(std::string{});

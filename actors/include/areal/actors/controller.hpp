@@ -20,6 +20,7 @@
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
+#include <chrono>
 
 #include "areal/actors/interfaces.hpp"
 #include "areal/kernels/tokenizer.hpp"
@@ -68,9 +69,19 @@ struct controller_setup {
   int64_t total_steps = 10;     // training steps of the run
   sampling_params sampling;
   uint64_t seed = 1;
-  std::vector<rollout_actor> rollouts;
-  reward_pool_actor reward;
+  std::vector<rollout_actor> rollouts;  // in this process; more may join (join_atom)
+  reward_pool_actor reward;             // in this process (optional when reward pools join)
   trainer_actor trainer;
+  /// Optional: new weights go to the publisher, which hands them to every
+  /// subscriber (local rollout workers by pointer, remote nodes in bulk);
+  /// without one they are sent to `rollouts` directly.
+  weight_publisher_actor publisher;
+  /// Deadline of every request to a rollout worker or reward pool; a sample
+  /// whose request fails is generated again (up to 3 attempts), not lost.
+  std::chrono::milliseconds request_timeout{600000};
+  /// How long the run may have no rollout worker (before the first joins, or
+  /// after the last is lost) before it stops with a checkpoint.
+  std::chrono::milliseconds member_timeout{120000};
   evaluator_actor evaluator;  // optional: evaluates every eval_every steps
   int64_t eval_every = 0;
   std::string metrics_path;      // JSON lines appended here; empty: no metrics file

@@ -26,9 +26,11 @@ namespace areal {
 
 /// Version of the actor message protocol below. Nodes of different protocol
 /// versions refuse each other at the handshake.
-inline constexpr uint32_t protocol_version = 1;
+inline constexpr uint32_t protocol_version = 2;
 
 using stats_atom = caf::atom_constant<caf::atom("stats")>;
+using join_atom = caf::atom_constant<caf::atom("join")>;
+using publisher_atom = caf::atom_constant<caf::atom("publisher")>;
 using run_end_atom = caf::atom_constant<caf::atom("run_end")>;
 using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;
 using done_atom = caf::atom_constant<caf::atom("done")>;
@@ -49,6 +51,16 @@ using node_actor = caf::typed_actor<
     caf::replies_to<run_end_atom, std::string>::with<bool>,
     // Stop this node (SIGINT/SIGTERM, or an embedding application); the text says why.
     caf::reacts_to<shutdown_atom, std::string>,
+    // RL runs, controller node only. A peer's member joins the run: role "rollout"
+    // (a rollout worker) or "reward" (a reward pool), handed to the controller.
+    // Refused with node_errc::not_ready while the job has not started (the warm
+    // start runs first): the peer asks again.
+    caf::replies_to<join_atom, std::string, caf::actor>::with<bool>,
+    // RL runs, controller node only: the weight publisher (same not_ready rule).
+    caf::replies_to<publisher_atom>::with<caf::actor>,
+    // Set by the RL job of this process once it runs: its controller and weight
+    // publisher, for the two requests above.
+    caf::reacts_to<publisher_atom, caf::actor, caf::actor>,
     // Timer of the connection phase, sent by a node to itself: a node retrying to
     // reach the controller tries again; on the controller it is the deadline by
     // which every node of the topology must have joined.
@@ -125,6 +137,63 @@ using evaluator_actor = caf::typed_actor<
     // Evaluate these weights; the reply is (version, accuracy in [0, 1], mean response tokens).
     caf::replies_to<eval_atom, local_weights>::with<int64_t, double, double>>;
 
+using publish_atom = caf::atom_constant<caf::atom("publish")>;
+using subscribe_atom = caf::atom_constant<caf::atom("subscribe")>;
+using fetch_atom = caf::atom_constant<caf::atom("fetch")>;
+using push_atom = caf::atom_constant<caf::atom("push")>;
+
+/// How one version of the weights reached one subscriber.
+struct weight_delivery {
+  std::string subscriber;  // its node name (or actor name, in-process)
+  int64_t version = 0;
+  std::string backend;  // "in-process", "caf" or "gloo"
+  uint64_t bytes = 0;
+  double seconds = 0;          // from the announcement to the verified copy
+  uint32_t resent_chunks = 0;  // chunks whose checksum failed and were fetched again
+  std::string error;           // empty: delivered intact
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, weight_delivery& x) {
+  return f(caf::meta::type_name("areal.weight_delivery"), x.subscriber, x.version, x.backend, x.bytes, x.seconds,
+           x.resent_chunks, x.error);
+}
+
+/// The WEIGHT PUBLISHER (the trainer's node): bulk weight transport, sending
+/// side. Holds the newest versions; each is announced to every subscriber as a
+/// manifest (version, size, chunking, one XXH64 per chunk). Subscribers in this
+/// process (rollout workers) get the buffer by pointer; remote ones (weight
+/// subscriber actors) fetch it over their bulk link (Gloo) or as CAF messages,
+/// verify every chunk and fetch a damaged one again.
+using weight_publisher_actor = caf::typed_actor<
+    // New weights: announced to every subscriber. The reply comes once every
+    // subscriber of the moment has reported this version (or a newer one), or
+    // at the transfer deadline: one report per subscriber.
+    caf::replies_to<publish_atom, local_weights>::with<std::vector<weight_delivery>>,
+    // The deadline of a version's reports (the publisher sends it to itself).
+    caf::reacts_to<publish_atom, int64_t>,
+    // A subscriber joins (node name, actor). The reply is the newest manifest
+    // (version -1 when nothing was published yet) and the bulk link offered to
+    // it ("caf", or "gloo HOST:PORT PREFIX"); every later version is announced.
+    caf::replies_to<subscribe_atom, std::string, caf::actor>::with<packed<weight_manifest>, std::string>,
+    // One chunk of a version still held (the newest two): the CAF path, and the
+    // repair path of every backend. A version no longer held: weight_errc::gone.
+    caf::replies_to<fetch_atom, int64_t, uint64_t>::with<std::string>,
+    // Send a version over the subscriber's Gloo link (the subscriber is receiving).
+    caf::replies_to<push_atom, std::string, int64_t>::with<bool>,
+    // A subscriber's report of one version.
+    caf::reacts_to<weight_delivery>>;
+
+/// The WEIGHT SUBSCRIBER (each remote rollout node): receives every announced
+/// version, skipping to the newest, and hands it to the node's rollout workers.
+using weight_subscriber_actor = caf::typed_actor<
+    // A new version was published.
+    caf::reacts_to<packed<weight_manifest>>,
+    // Fetch the newest announced version (sent to itself, so that announcements
+    // queued meanwhile are seen first: a subscriber that fell behind catches up
+    // to the newest version, not through every one).
+    caf::reacts_to<fetch_atom>>;
+
 /// Counters of the controller: every admitted sample ends trained or dropped.
 struct controller_stats {
   int64_t version = 0;
@@ -153,7 +222,13 @@ using controller_actor = caf::typed_actor<
     // Its counters.
     caf::replies_to<stats_atom>::with<controller_stats>,
     // Stop admitting work and end the run (the text says why).
-    caf::reacts_to<shutdown_atom, std::string>>;
+    caf::reacts_to<shutdown_atom, std::string>,
+    // A member joins the run (node name, role "rollout" or "reward", its actor):
+    // it gets work from now on; the controller monitors it, and when it is lost
+    // its unfinished samples are queued again for the other members.
+    caf::reacts_to<join_atom, std::string, std::string, caf::actor>,
+    // Membership deadline (sent to itself): no rollout worker for member_timeout ends the run.
+    caf::reacts_to<caf::tick_atom>>;
 
 /// Counters of the reward pool.
 struct reward_pool_stats {
@@ -202,14 +277,28 @@ enum class node_errc : uint8_t {
   unknown_peer,
   /// No node actor answered at the address (nothing published there, or another program).
   not_a_node,
+  /// The controller node's RL job is not running yet (warm start): ask again shortly.
+  not_ready,
 };
 const char* to_string(node_errc x);
+
+/// Errors of the weight transport.
+enum class weight_errc : uint8_t {
+  /// The version asked for is no longer held (a newer one replaced it): fetch the newest.
+  gone = 1,
+  /// A chunk failed its checksum again after being fetched again.
+  corrupted,
+  /// The subscriber's model has another size than the published weights.
+  size_mismatch,
+};
+const char* to_string(weight_errc x);
 
 }  // namespace areal
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(areal::local_weights)
 CAF_ERROR_CODE_ENUM(areal::node_errc, "node")
 CAF_ERROR_CODE_ENUM(areal::reward_errc, "reward")
+CAF_ERROR_CODE_ENUM(areal::weight_errc, "weights")
 
 CAF_BEGIN_TYPE_ID_BLOCK(areal, caf::first_custom_type_id)
 CAF_ADD_TYPE_ID(areal, (areal::packed<areal::generation_request>))
@@ -219,4 +308,5 @@ CAF_ADD_TYPE_ID(areal, (areal::packed<areal::node_hello>))
 CAF_ADD_TYPE_ID(areal, (areal::packed<areal::node_stats>))
 CAF_ADD_TYPE_ID(areal, (areal::packed<areal::reward_task>))
 CAF_ADD_TYPE_ID(areal, (areal::reward_pool_stats))
+CAF_ADD_TYPE_ID(areal, (areal::weight_delivery))
 CAF_END_TYPE_ID_BLOCK(areal)

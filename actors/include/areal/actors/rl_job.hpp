@@ -28,6 +28,12 @@ struct rl_job_options {
   int compute_threads = 1;  // the node's cores for LibTorch work
   bool share_cores = true;  // work-conserving sharing between generation and training; false: static split
   bool progress = true;     // the live progress line on stderr
+  /// Multi-node runs: this process's node actor (the controller node's) and
+  /// its roles. The job runs the members its roles name (rollout workers,
+  /// reward pool) and takes the other nodes' members as they join; weights go
+  /// out through a weight publisher. Unset: one process runs everything.
+  node_actor node;
+  node_spec self;
 };
 
 struct rl_job_result {
@@ -46,5 +52,12 @@ struct rl_job_result {
 rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, const std::atomic<bool>& stop);
 /// The same in an actor system of its own (configured from options.config.cluster).
 rl_job_result run_rl_job(const rl_job_options& options, const std::atomic<bool>& stop);
+
+/// A node other than the controller's, in an RL run: spawns the members its
+/// roles name (rollout workers with a weight subscriber, a reward pool) and
+/// has them join the run through the controller node's node actor, the
+/// rollout workers once they hold the current weights. Linked to its members.
+caf::actor spawn_node_members(caf::actor_system& sys, const run_config& config, const node_spec& self,
+                              node_actor controller_node);
 
 }  // namespace areal

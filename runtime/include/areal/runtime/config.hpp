@@ -34,13 +34,18 @@ struct cluster_spec {
   double connect_timeout_s = 30;  // how long a node retries reaching the controller node
   uint32_t heartbeat_interval_ms = 500;
   uint32_t connection_timeout_ms = 3000;  // a silent peer is declared lost after this
+  std::string weight_transport = "gloo";  // gloo or caf
+  uint64_t weight_chunk_bytes = uint64_t{4} << 20;
+  uint32_t transfer_timeout_ms = 60000;  // one weight transfer to one node
+  double request_timeout_s = 600;        // one generation or reward request
 };
 
 struct run_spec {
   std::string name;
   std::string output_dir;
   uint64_t seed = 1;
-  double hold_s = 0;  // the controller keeps the run up this long once every node joined
+  double hold_s = 0;        // probe job: the controller keeps the run up this long once every node joined
+  bool probe_only = false;  // job = "probe": a connectivity check instead of the RL run
 };
 
 struct reward_spec {

@@ -1,0 +1,104 @@
+// The Gloo link (gloo_link.hpp): the one translation unit with c10d headers.
+#include "gloo_link.hpp"
+
+#include <stdexcept>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+namespace areal {
+
+struct gloo_rendezvous::impl {
+  c10::intrusive_ptr<c10d::TCPStore> store;
+};
+
+struct gloo_link::impl {
+  std::chrono::milliseconds timeout;
+  std::unique_ptr<c10d::ProcessGroupGloo> group;
+};
+
+namespace {
+
+std::unique_ptr<c10d::ProcessGroupGloo> make_group(const c10::intrusive_ptr<c10d::Store>& store,
+                                                   const std::string& prefix, int rank, const std::string& device_host,
+                                                   std::chrono::milliseconds timeout) {
+  auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+  options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(device_host));
+  options->threads = 1;
+  auto scoped = c10::make_intrusive<c10d::PrefixStore>(prefix, store);
+  return std::make_unique<c10d::ProcessGroupGloo>(scoped, rank, 2, options);
+}
+
+template <class F>
+auto rethrow_as_runtime_error(const char* what, F f) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string{what} + ": " + e.what());
+  }
+}
+
+}  // namespace
+
+gloo_rendezvous::gloo_rendezvous(const std::string& host, std::chrono::milliseconds timeout)
+    : host_(host), impl_(std::make_unique<impl>()) {
+  rethrow_as_runtime_error("cannot start the Gloo rendezvous", [&] {
+    c10d::TCPStoreOptions options;
+    options.port = 0;
+    options.isServer = true;
+    options.waitWorkers = false;
+    options.timeout = timeout;
+    impl_->store = c10::make_intrusive<c10d::TCPStore>(host, options);
+    return 0;
+  });
+}
+
+gloo_rendezvous::~gloo_rendezvous() = default;
+
+uint16_t gloo_rendezvous::port() const {
+  return impl_->store->getPort();
+}
+
+gloo_link::gloo_link(gloo_rendezvous& rendezvous, const std::string& prefix, std::chrono::milliseconds timeout)
+    : impl_(std::make_unique<impl>()) {
+  impl_->timeout = timeout;
+  impl_->group = rethrow_as_runtime_error("cannot open the Gloo link (sending side)", [&] {
+    return make_group(rendezvous.get().store, prefix, 0, rendezvous.host(), timeout);
+  });
+}
+
+gloo_link::gloo_link(const std::string& host, uint16_t port, const std::string& prefix,
+                     const std::string& device_host, std::chrono::milliseconds timeout)
+    : impl_(std::make_unique<impl>()) {
+  impl_->timeout = timeout;
+  impl_->group = rethrow_as_runtime_error("cannot open the Gloo link (receiving side)", [&] {
+    c10d::TCPStoreOptions options;
+    options.port = port;
+    options.isServer = false;
+    options.timeout = timeout;
+    auto store = c10::make_intrusive<c10d::TCPStore>(host, options);
+    return make_group(store, prefix, 1, device_host, timeout);
+  });
+}
+
+gloo_link::~gloo_link() = default;
+
+void gloo_link::send(const at::Tensor& bytes, int tag) {
+  rethrow_as_runtime_error("Gloo send failed", [&] {
+    std::vector<at::Tensor> tensors{bytes};
+    impl_->group->send(tensors, 1, tag)->wait(impl_->timeout);
+    return 0;
+  });
+}
+
+void gloo_link::recv(at::Tensor& bytes, int tag) {
+  rethrow_as_runtime_error("Gloo receive failed", [&] {
+    std::vector<at::Tensor> tensors{bytes};
+    impl_->group->recv(tensors, 0, tag)->wait(impl_->timeout);
+    return 0;
+  });
+}
+
+}  // namespace areal

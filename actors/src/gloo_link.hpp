@@ -1,0 +1,57 @@
+// A point-to-point Gloo link between two processes: LibTorch's bundled c10d
+// ProcessGroupGloo with two ranks (0 sends, 1 receives), met through a c10d
+// TCPStore that the sending node hosts. One link per subscriber, so that a
+// subscriber that dies or joins late never stalls the others (a collective
+// broadcast would tie every receiver to the slowest). Kept out of the headers
+// that many files include: c10d's headers are heavy.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace at {
+class Tensor;
+}  // namespace at
+
+namespace areal {
+
+/// The rendezvous server of a node's Gloo links (a TCPStore on an ephemeral port).
+class gloo_rendezvous {
+ public:
+  /// Listens on `host`, port chosen by the system. Throws std::runtime_error.
+  gloo_rendezvous(const std::string& host, std::chrono::milliseconds timeout);
+  ~gloo_rendezvous();
+  uint16_t port() const;
+  const std::string& host() const { return host_; }
+
+  struct impl;
+  impl& get() { return *impl_; }
+
+ private:
+  std::string host_;
+  std::unique_ptr<impl> impl_;
+};
+
+class gloo_link {
+ public:
+  /// The sending side (rank 0), on the node that hosts `rendezvous`. Blocks until
+  /// the receiving side joined; throws std::runtime_error after `timeout`.
+  gloo_link(gloo_rendezvous& rendezvous, const std::string& prefix, std::chrono::milliseconds timeout);
+  /// The receiving side (rank 1): connects to the rendezvous at host:port.
+  gloo_link(const std::string& host, uint16_t port, const std::string& prefix, const std::string& device_host,
+            std::chrono::milliseconds timeout);
+  ~gloo_link();
+
+  /// Blocking transfers of a contiguous byte tensor, matched by tag. Throw on
+  /// timeout or a broken connection; the link is unusable afterwards.
+  void send(const at::Tensor& bytes, int tag);
+  void recv(at::Tensor& bytes, int tag);
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace areal

@@ -1,0 +1,585 @@
+// The weight publisher and subscriber (weight_transport.hpp).
+#include "areal/actors/weight_transport.hpp"
+
+#include <ATen/ATen.h>
+
+#include <deque>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <caf/all.hpp>
+
+#include "areal/runtime/log.hpp"
+#include "gloo_link.hpp"
+
+namespace areal {
+
+const char* to_string(weight_errc x) {
+  switch (x) {
+    case weight_errc::gone:
+      return "gone";
+    case weight_errc::corrupted:
+      return "corrupted";
+    case weight_errc::size_mismatch:
+      return "size_mismatch";
+  }
+  return "unknown";
+}
+
+const char* to_string(weight_backend x) {
+  return x == weight_backend::gloo ? "gloo" : "caf";
+}
+
+std::optional<weight_backend> parse_weight_backend(const std::string& name) {
+  if (name == "gloo")
+    return weight_backend::gloo;
+  if (name == "caf")
+    return weight_backend::caf;
+  return std::nullopt;
+}
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t) {
+  return std::chrono::duration<double>(clock_type::now() - t).count();
+}
+
+const char* bytes_of(const at::Tensor& t) {
+  return static_cast<const char*>(t.data_ptr());
+}
+
+// Byte range [first, first + size) of chunk `i`.
+std::pair<uint64_t, uint64_t> chunk_range(const weight_manifest& m, uint64_t i) {
+  auto size = m.chunk_bytes == 0 ? m.total_bytes : m.chunk_bytes;
+  auto first = i * size;
+  return {first, std::min(size, m.total_bytes - first)};
+}
+
+// Gloo tags: 0 is the header (the version sent, or -1: not held), chunk i is i + 1.
+constexpr int header_tag = 0;
+
+// -- publisher ----------------------------------------------------------------
+
+struct held_version {
+  local_weights weights;
+  weight_manifest manifest;
+  packed<weight_manifest> packed_manifest;
+};
+
+struct subscriber_entry {
+  caf::actor handle;
+  bool local = false;
+  caf::actor gloo_sender;  // the sending side of its Gloo link, when it has one
+};
+
+struct pending_publish {
+  caf::typed_response_promise<std::vector<weight_delivery>> promise;
+  std::set<std::string> waiting;
+  std::vector<weight_delivery> reports;
+};
+
+struct publisher_state {
+  static inline const char* name = "areal.weight_publisher";
+  weight_publisher_setup setup;
+  std::deque<held_version> held;  // the newest two versions, oldest first
+  std::map<std::string, subscriber_entry> subscribers;
+  std::map<int64_t, pending_publish> pending;  // by version
+  std::shared_ptr<gloo_rendezvous> rendezvous;
+  bool gloo_failed = false;
+  uint64_t links = 0;
+};
+
+using publisher_pointer = weight_publisher_actor::stateful_pointer<publisher_state>;
+
+const held_version* find_version(publisher_state& st, int64_t version) {
+  for (auto& h : st.held)
+    if (h.weights.version == version)
+      return &h;
+  return nullptr;
+}
+
+weight_manifest make_manifest(const weight_publisher_setup& setup, const local_weights& w) {
+  weight_manifest m;
+  m.version = w.version;
+  m.tensors = setup.tensors;
+  m.total_bytes = static_cast<uint64_t>(w.flat->nbytes());
+  m.chunk_bytes = setup.chunk_bytes;
+  auto data = bytes_of(*w.flat);
+  m.checksum = checksum(data, m.total_bytes);
+  for (uint64_t i = 0; i < m.chunk_count(); ++i) {
+    auto [first, size] = chunk_range(m, i);
+    m.chunk_checksums.push_back(checksum(data + first, size));
+  }
+  return m;
+}
+
+void settle(publisher_pointer self, int64_t version, bool deadline) {
+  auto& st = self->state;
+  auto it = st.pending.find(version);
+  if (it == st.pending.end())
+    return;
+  if (!it->second.waiting.empty() && !deadline)
+    return;
+  for (auto& name : it->second.waiting) {
+    weight_delivery d;
+    d.subscriber = name;
+    d.version = version;
+    d.error = "no report within the transfer deadline of " + std::to_string(st.setup.timeout.count()) + " ms";
+    it->second.reports.push_back(d);
+  }
+  it->second.promise.deliver(std::move(it->second.reports));
+  st.pending.erase(it);
+}
+
+// A report (or a loss) of `name` settles every pending version up to `version`.
+void record(publisher_pointer self, const weight_delivery& report) {
+  auto& st = self->state;
+  std::vector<int64_t> versions;
+  for (auto& [v, p] : st.pending)
+    if (v <= report.version && p.waiting.erase(report.subscriber)) {
+      auto r = report;
+      if (v != report.version && r.error.empty())
+        r.backend += " (caught up to version " + std::to_string(report.version) + ")";
+      p.reports.push_back(r);
+      versions.push_back(v);
+    }
+  for (auto v : versions)
+    settle(self, v, false);
+}
+
+// The sending side of one Gloo link, on a thread of its own: opening the link
+// and sending block until the receiver takes part (or the deadline passes).
+caf::behavior gloo_sender(caf::event_based_actor* self, std::shared_ptr<gloo_rendezvous> rendezvous,
+                          std::string prefix, std::chrono::milliseconds timeout,
+                          std::function<void(int64_t, uint64_t, std::string&)> tamper) {
+  std::shared_ptr<gloo_link> link;
+  try {
+    link = std::make_shared<gloo_link>(*rendezvous, prefix, timeout);
+  } catch (const std::exception& e) {
+    spdlog::warn("weight publisher: {}; that subscriber fetches over CAF", e.what());
+    self->quit(caf::exit_reason::user_shutdown);
+    return {};
+  }
+  return {
+      [self, link, tamper](push_atom, local_weights& w, packed<weight_manifest>& packed_manifest) -> caf::result<bool> {
+        weight_manifest m;
+        if (w.flat)
+          m = *unpack(packed_manifest);
+        try {
+          auto header = at::full({1}, w.flat ? w.version : -1, at::kLong);
+          link->send(header, header_tag);
+          if (!w.flat)
+            return false;
+          auto bytes = w.flat->view(-1).view(at::kByte);
+          for (uint64_t i = 0; i < m.chunk_count(); ++i) {
+            auto [first, size] = chunk_range(m, i);
+            auto chunk = bytes.narrow(0, static_cast<int64_t>(first), static_cast<int64_t>(size));
+            if (tamper) {
+              std::string copy(bytes_of(chunk), size);
+              tamper(w.version, i, copy);
+              auto altered = at::empty({static_cast<int64_t>(size)}, at::kByte);
+              std::memcpy(altered.data_ptr(), copy.data(), size);
+              link->send(altered, static_cast<int>(i + 1));
+            } else {
+              link->send(chunk, static_cast<int>(i + 1));
+            }
+          }
+          return true;
+        } catch (const std::exception& e) {
+          spdlog::warn("weight publisher: {}", e.what());
+          self->quit(caf::exit_reason::user_shutdown);
+          return caf::make_error(caf::sec::runtime_error, e.what());
+        }
+      },
+  };
+}
+
+weight_publisher_actor::behavior_type publisher_behavior(publisher_pointer self, weight_publisher_setup setup) {
+  self->state.setup = std::move(setup);
+  self->set_down_handler([self](caf::down_msg& down) {
+    auto& st = self->state;
+    for (auto it = st.subscribers.begin(); it != st.subscribers.end(); ++it) {
+      if (it->second.handle.address() != down.source)
+        continue;
+      auto name = it->first;
+      if (it->second.gloo_sender)
+        self->send_exit(it->second.gloo_sender, caf::exit_reason::user_shutdown);
+      st.subscribers.erase(it);
+      spdlog::info("weight publisher: subscriber {} left ({})", name, describe(down.reason));
+      weight_delivery lost;
+      lost.subscriber = name;
+      lost.version = INT64_MAX;
+      lost.error = "subscriber lost: " + describe(down.reason);
+      record(self, lost);
+      return;
+    }
+  });
+  return {
+      [self](publish_atom, local_weights& w) -> caf::result<std::vector<weight_delivery>> {
+        auto& st = self->state;
+        if (!w.flat || !w.flat->is_contiguous())
+          return caf::make_error(caf::sec::invalid_argument, "publish: weights must be one contiguous buffer");
+        held_version h;
+        h.weights = w;
+        h.manifest = make_manifest(st.setup, w);
+        auto packed_manifest = pack(h.manifest);
+        if (!packed_manifest)
+          return packed_manifest.error();
+        h.packed_manifest = std::move(*packed_manifest);
+        st.held.push_back(h);
+        while (st.held.size() > 2)
+          st.held.pop_front();
+        auto promise = self->make_response_promise<std::vector<weight_delivery>>();
+        auto& p = st.pending[w.version];
+        p.promise = promise;
+        for (auto& [name, sub] : st.subscribers) {
+          if (sub.local) {
+            caf::anon_send(sub.handle, w);
+            p.reports.push_back({name, w.version, "in-process", 0, 0.0, 0, {}});
+          } else {
+            self->send(caf::actor_cast<weight_subscriber_actor>(sub.handle), h.packed_manifest);
+            p.waiting.insert(name);
+          }
+        }
+        self->delayed_send(self, st.setup.timeout, publish_atom::value, w.version);
+        settle(self, w.version, false);
+        return promise;
+      },
+      [self](publish_atom, int64_t version) { settle(self, version, true); },
+      [self](subscribe_atom, std::string& name, caf::actor& handle) -> caf::result<packed<weight_manifest>, std::string> {
+        auto& st = self->state;
+        if (!handle)
+          return caf::make_error(caf::sec::invalid_argument, "subscribe: no actor");
+        if (auto old = st.subscribers.find(name); old != st.subscribers.end()) {
+          // A restarted node under the same name: its old incarnation is gone.
+          self->demonitor(old->second.handle);
+          if (old->second.gloo_sender)
+            self->send_exit(old->second.gloo_sender, caf::exit_reason::user_shutdown);
+          st.subscribers.erase(old);
+        }
+        subscriber_entry entry;
+        entry.handle = handle;
+        entry.local = handle.node() == self->node();
+        self->monitor(handle);
+        std::string link = entry.local ? "in-process" : "caf";
+        if (!entry.local && st.setup.backend == weight_backend::gloo && !st.gloo_failed) {
+          try {
+            if (!st.rendezvous)
+              st.rendezvous = std::make_shared<gloo_rendezvous>(st.setup.host, st.setup.timeout);
+            auto prefix = "areal/" + name + "/" + std::to_string(++st.links);
+            entry.gloo_sender = self->system().spawn<caf::detached>(gloo_sender, st.rendezvous, prefix,
+                                                                    st.setup.timeout, st.setup.tamper);
+            link = "gloo " + st.setup.host + ":" + std::to_string(st.rendezvous->port()) + " " + prefix;
+          } catch (const std::exception& e) {
+            st.gloo_failed = true;
+            spdlog::warn("weight publisher: {}; weights travel as CAF messages", e.what());
+          }
+        }
+        st.subscribers[name] = entry;
+        spdlog::info("weight publisher: subscriber {} joined ({})", name, link);
+        packed<weight_manifest> newest;
+        if (!st.held.empty()) {
+          if (entry.local)
+            caf::anon_send(handle, st.held.back().weights);
+          newest = st.held.back().packed_manifest;
+        } else {
+          weight_manifest none;
+          none.version = -1;
+          newest = *pack(none);
+        }
+        return caf::make_result(std::move(newest), std::move(link));
+      },
+      [self](fetch_atom, int64_t version, uint64_t chunk) -> caf::result<std::string> {
+        auto& st = self->state;
+        auto* h = find_version(st, version);
+        if (!h)
+          return caf::make_error(weight_errc::gone, "version " + std::to_string(version) +
+                                                        " is no longer held; fetch the newest version");
+        if (chunk >= h->manifest.chunk_count())
+          return caf::make_error(caf::sec::invalid_argument, "no chunk " + std::to_string(chunk));
+        auto [first, size] = chunk_range(h->manifest, chunk);
+        std::string bytes(bytes_of(*h->weights.flat) + first, size);
+        if (st.setup.tamper)
+          st.setup.tamper(version, chunk, bytes);
+        return bytes;
+      },
+      [self](push_atom, std::string& name, int64_t version) -> caf::result<bool> {
+        auto& st = self->state;
+        auto it = st.subscribers.find(name);
+        if (it == st.subscribers.end() || !it->second.gloo_sender)
+          return caf::make_error(caf::sec::invalid_argument, "no Gloo link to " + name);
+        auto* h = find_version(st, version);
+        local_weights w = h ? h->weights : local_weights{version, nullptr};
+        auto m = h ? h->packed_manifest : packed<weight_manifest>{};
+        auto promise = self->make_response_promise<bool>();
+        self->request(it->second.gloo_sender, st.setup.timeout, push_atom::value, std::move(w), std::move(m))
+            .then([promise](bool sent) mutable { promise.deliver(sent); },
+                  [promise](caf::error& err) mutable { promise.deliver(std::move(err)); });
+        return promise;
+      },
+      [self](weight_delivery& report) { record(self, report); },
+  };
+}
+
+// -- subscriber ---------------------------------------------------------------
+
+struct subscriber_state {
+  static inline const char* name = "areal.weight_subscriber";
+  weight_subscriber_setup setup;
+  weight_publisher_actor publisher;
+  std::optional<weight_manifest> announced;  // the newest announced version
+  int64_t applied = -1;                      // the newest version handed to the sinks
+  std::unique_ptr<gloo_link> link;
+  bool fetching = false;  // a CAF fetch is in progress
+  bool subscribed = false;
+};
+
+using subscriber_pointer = weight_subscriber_actor::stateful_pointer<subscriber_state>;
+
+// One version in progress over CAF: chunks requested a window at a time.
+struct caf_transfer {
+  weight_manifest manifest;
+  at::Tensor buffer;
+  clock_type::time_point started;
+  uint64_t next = 0;      // next chunk to request
+  uint64_t received = 0;  // chunks verified
+  uint32_t resent = 0;
+  std::set<uint64_t> retried;
+  std::string backend = "caf";
+  bool failed = false;
+};
+
+void fetch_newest(subscriber_pointer self);
+
+void report(subscriber_pointer self, const weight_manifest& m, const std::string& backend, double seconds,
+            uint32_t resent, const std::string& error) {
+  auto& st = self->state;
+  weight_delivery d{st.setup.node, m.version, backend, m.total_bytes, seconds, resent, error};
+  self->send(st.publisher, d);
+  if (!error.empty())
+    spdlog::warn("weights: version {} not received: {}", m.version, error);
+  if (st.setup.listener)
+    caf::anon_send(st.setup.listener, weights_atom::value, m.version, error);
+}
+
+void deliver(subscriber_pointer self, const weight_manifest& m, at::Tensor buffer, const std::string& backend,
+             double seconds, uint32_t resent) {
+  auto& st = self->state;
+  if (checksum(buffer.data_ptr(), m.total_bytes) != m.checksum) {
+    report(self, m, backend, seconds, resent, "the whole buffer's checksum differs although every chunk matched");
+    return;
+  }
+  local_weights w{m.version, std::make_shared<const at::Tensor>(buffer.view(at::kFloat))};
+  for (auto& sink : st.setup.sinks)
+    caf::anon_send(sink, w);
+  st.applied = m.version;
+  spdlog::debug("weights: version {} received over {} ({} bytes in {:.3f} s, {} chunk(s) fetched again)", m.version,
+                backend, m.total_bytes, seconds, resent);
+  report(self, m, backend, seconds, resent, {});
+}
+
+bool chunk_ok(const weight_manifest& m, uint64_t i, const char* data, size_t size) {
+  return size == chunk_range(m, i).second && checksum(data, size) == m.chunk_checksums[i];
+}
+
+void request_chunks(subscriber_pointer self, std::shared_ptr<caf_transfer> t);
+
+void fetch_chunk(subscriber_pointer self, std::shared_ptr<caf_transfer> t, uint64_t i) {
+  auto& st = self->state;
+  self->request(st.publisher, st.setup.timeout, fetch_atom::value, t->manifest.version, i)
+      .then(
+          [self, t, i](std::string& bytes) {
+            if (t->failed)
+              return;
+            if (!chunk_ok(t->manifest, i, bytes.data(), bytes.size())) {
+              if (t->retried.insert(i).second) {
+                t->resent++;
+                spdlog::warn("weights: chunk {} of version {} failed its checksum; fetching it again", i,
+                             t->manifest.version);
+                fetch_chunk(self, t, i);
+                return;
+              }
+              t->failed = true;
+              self->state.fetching = false;
+              report(self, t->manifest, t->backend, seconds_since(t->started), t->resent,
+                     "chunk " + std::to_string(i) + " failed its checksum twice");
+              fetch_newest(self);
+              return;
+            }
+            auto [first, size] = chunk_range(t->manifest, i);
+            std::memcpy(static_cast<char*>(t->buffer.data_ptr()) + first, bytes.data(), size);
+            t->received++;
+            request_chunks(self, t);
+          },
+          [self, t, i](caf::error& err) {
+            if (t->failed)
+              return;
+            t->failed = true;
+            self->state.fetching = false;
+            report(self, t->manifest, t->backend, seconds_since(t->started), t->resent,
+                   "fetching chunk " + std::to_string(i) + ": " + describe(err));
+            fetch_newest(self);
+          });
+}
+
+// Keeps a window of chunk requests in flight; delivers when every chunk is in.
+void request_chunks(subscriber_pointer self, std::shared_ptr<caf_transfer> t) {
+  constexpr uint64_t window = 4;
+  auto count = t->manifest.chunk_count();
+  if (t->received == count) {
+    self->state.fetching = false;
+    deliver(self, t->manifest, t->buffer, t->backend, seconds_since(t->started), t->resent);
+    fetch_newest(self);
+    return;
+  }
+  while (t->next < count && t->next - t->received < window)
+    fetch_chunk(self, t, t->next++);
+}
+
+// Receives a version over the Gloo link (blocking this actor's thread);
+// damaged chunks are listed in `bad`. False when the link failed.
+bool receive_over_gloo(subscriber_pointer self, const weight_manifest& m, at::Tensor& buffer,
+                       std::vector<uint64_t>& bad) {
+  auto& st = self->state;
+  self->request(st.publisher, st.setup.timeout, push_atom::value, st.setup.node, m.version)
+      .then([](bool) {}, [self](caf::error& err) { spdlog::debug("weights: push request failed: {}", describe(err)); });
+  try {
+    auto header = at::empty({1}, at::kLong);
+    st.link->recv(header, header_tag);
+    if (header.item<int64_t>() != m.version)
+      return false;
+    auto bytes = buffer.view(at::kByte);
+    for (uint64_t i = 0; i < m.chunk_count(); ++i) {
+      auto [first, size] = chunk_range(m, i);
+      auto chunk = bytes.narrow(0, static_cast<int64_t>(first), static_cast<int64_t>(size));
+      st.link->recv(chunk, static_cast<int>(i + 1));
+      if (!chunk_ok(m, i, bytes_of(chunk), size))
+        bad.push_back(i);
+    }
+    return true;
+  } catch (const std::exception& e) {
+    spdlog::warn("weights: {}; fetching over CAF from now on", e.what());
+    st.link.reset();
+    return false;
+  }
+}
+
+void start_version(subscriber_pointer self, const weight_manifest& m) {
+  auto& st = self->state;
+  if (st.setup.expected_bytes != 0 && m.total_bytes != st.setup.expected_bytes) {
+    report(self, m, "none", 0, 0,
+           "the published weights have " + std::to_string(m.total_bytes) + " bytes, this node's model " +
+               std::to_string(st.setup.expected_bytes) + ": configure the same model on every node");
+    return;
+  }
+  auto t = std::make_shared<caf_transfer>();
+  t->manifest = m;
+  t->started = clock_type::now();
+  t->buffer = at::empty({static_cast<int64_t>(m.total_bytes)}, at::kByte);
+  if (st.link) {
+    std::vector<uint64_t> bad;
+    if (receive_over_gloo(self, m, t->buffer, bad)) {
+      if (bad.empty()) {
+        deliver(self, m, t->buffer, "gloo", seconds_since(t->started), 0);
+        return;
+      }
+      // Damaged chunks are fetched again over CAF; the rest stays.
+      t->backend = "gloo";
+      t->next = m.chunk_count();
+      t->received = m.chunk_count() - bad.size();
+      st.fetching = true;
+      for (auto i : bad) {
+        spdlog::warn("weights: chunk {} of version {} failed its checksum; fetching it again", i, m.version);
+        t->resent++;
+        t->retried.insert(i);
+        fetch_chunk(self, t, i);
+      }
+      return;
+    }
+    if (!st.link) {
+      t->backend = "caf (after a Gloo failure)";
+    } else {
+      // The version was replaced before it could be sent: take the newest.
+      self->send(self, fetch_atom::value);
+      return;
+    }
+  }
+  st.fetching = true;
+  request_chunks(self, t);
+}
+
+void fetch_newest(subscriber_pointer self) {
+  auto& st = self->state;
+  if (st.fetching || !st.announced || st.announced->version <= st.applied)
+    return;
+  auto m = *st.announced;
+  start_version(self, m);
+}
+
+weight_subscriber_actor::behavior_type subscriber_behavior(subscriber_pointer self, weight_subscriber_setup setup) {
+  auto& st = self->state;
+  st.setup = std::move(setup);
+  st.publisher = caf::actor_cast<weight_publisher_actor>(st.setup.publisher);
+  self->monitor(st.setup.publisher);
+  self->set_down_handler([self](caf::down_msg& down) {
+    spdlog::warn("weights: the publisher is gone ({}); no more updates", describe(down.reason));
+    self->quit(down.reason);
+  });
+  self->request(st.publisher, st.setup.timeout, subscribe_atom::value, st.setup.node, caf::actor_cast<caf::actor>(self))
+      .then(
+          [self](packed<weight_manifest>& newest, std::string& link) {
+            auto& s = self->state;
+            s.subscribed = true;
+            std::istringstream words(link);
+            std::string kind, endpoint, prefix;
+            words >> kind >> endpoint >> prefix;
+            if (kind == "gloo" && s.setup.allow_gloo) {
+              auto colon = endpoint.rfind(':');
+              try {
+                s.link = std::make_unique<gloo_link>(endpoint.substr(0, colon),
+                                                     static_cast<uint16_t>(std::stoi(endpoint.substr(colon + 1))),
+                                                     prefix, s.setup.device_host, s.setup.timeout);
+              } catch (const std::exception& e) {
+                spdlog::warn("weights: {}; fetching over CAF", e.what());
+              }
+            }
+            spdlog::info("weights: subscribed ({})", s.link ? "gloo link" : "CAF messages");
+            if (auto m = unpack(newest); m && m->version >= 0) {
+              s.announced = *m;
+              self->send(self, fetch_atom::value);
+            }
+          },
+          [self](caf::error& err) {
+            spdlog::error("weights: cannot subscribe to the publisher: {}", describe(err));
+            self->quit(err);
+          });
+  return {
+      [self](packed<weight_manifest>& msg) {
+        auto m = unpack(msg);
+        if (!m) {
+          spdlog::warn("weights: unreadable manifest: {}", describe(m.error()));
+          return;
+        }
+        auto& s = self->state;
+        if (!s.announced || m->version > s.announced->version)
+          s.announced = std::move(*m);
+        self->send(self, fetch_atom::value);
+      },
+      [self](fetch_atom) { fetch_newest(self); },
+  };
+}
+
+}  // namespace
+
+weight_publisher_actor spawn_weight_publisher(caf::actor_system& sys, weight_publisher_setup setup) {
+  return sys.spawn(publisher_behavior, std::move(setup));
+}
+
+weight_subscriber_actor spawn_weight_subscriber(caf::actor_system& sys, weight_subscriber_setup setup) {
+  return sys.spawn<caf::detached>(subscriber_behavior, std::move(setup));
+}
+
+}  // namespace areal
