@@ -125,7 +125,7 @@ struct controller_state {
   std::map<uint64_t, std::pair<uint64_t, queued_sample>> generating;  // request id -> (rollout, sample)
   std::map<uint64_t, std::pair<uint64_t, reward_job>> scoring;        // request id -> (reward pool, job)
   uint64_t next_request = 0;
-  std::deque<reward_job> reward_backlog;     // waiting for a reward pool (full queues, or none joined)
+  std::deque<reward_job> reward_backlog;  // waiting for a reward pool (full queues, or none joined)
   bool member_deadline_armed = false;
   double window_transfer_s = 0;  // slowest remote weight transfer reported since the last step line
   int64_t window_transfer_errors = 0;
@@ -430,8 +430,7 @@ void dispatch(controller_pointer self, queued_sample sample) {
   auto task = sample.task;
   auto group = sample.request.group_id;
   state.generating.emplace(id, std::make_pair(worker_id, std::move(sample)));
-  self->request(caf::actor_cast<rollout_actor>(worker->second.handle), state.setup.request_timeout,
-                std::move(request))
+  self->request(caf::actor_cast<rollout_actor>(worker->second.handle), state.setup.request_timeout, std::move(request))
       .then(
           [self, id, task, group](packed<trajectory>& t, std::string& text) {
             auto& st = self->state;
@@ -530,6 +529,7 @@ batch_facts describe_batch(const std::vector<trajectory>& batch, int64_t version
   int64_t correct = 0, min_len = INT64_MAX, max_len = 0, tokens = 0, max_traj = 0, max_token = 0;
   double reward = 0, traj_staleness = 0, token_staleness = 0;
   std::vector<int64_t> histogram;
+  std::map<std::string, std::pair<int64_t, int64_t>> producers;  // name -> (trajectories, oldest token version)
   for (auto& t : batch) {
     auto n = static_cast<int64_t>(t.output_tokens.size());
     tokens += n;
@@ -547,6 +547,9 @@ batch_facts describe_batch(const std::vector<trajectory>& batch, int64_t version
         histogram.resize(static_cast<size_t>(behind + 1));
       histogram[static_cast<size_t>(behind)]++;
     }
+    auto& p = producers.try_emplace(t.producer, 0, version).first->second;
+    p.first++;
+    p.second = std::min(p.second, oldest);
     traj_staleness += static_cast<double>(version - oldest);
     max_traj = std::max(max_traj, version - oldest);
   }
@@ -562,6 +565,10 @@ batch_facts describe_batch(const std::vector<trajectory>& batch, int64_t version
                   {"staleness_token_mean", token_staleness / static_cast<double>(std::max<int64_t>(1, tokens))},
                   {"staleness_token_max", max_token},
                   {"staleness_token_histogram", histogram}};
+  nlohmann::json by_producer = nlohmann::json::object();
+  for (auto& [name, p] : producers)
+    by_producer[name] = {{"trajectories", p.first}, {"oldest_version", p.second}};
+  facts.fields["producers"] = by_producer;
   return facts;
 }
 

@@ -69,8 +69,8 @@ gloo_link::gloo_link(gloo_rendezvous& rendezvous, const std::string& prefix, std
   });
 }
 
-gloo_link::gloo_link(const std::string& host, uint16_t port, const std::string& prefix,
-                     const std::string& device_host, std::chrono::milliseconds timeout)
+gloo_link::gloo_link(const std::string& host, uint16_t port, const std::string& prefix, const std::string& device_host,
+                     std::chrono::milliseconds timeout)
     : impl_(std::make_unique<impl>()) {
   impl_->timeout = timeout;
   impl_->group = rethrow_as_runtime_error("cannot open the Gloo link (receiving side)", [&] {

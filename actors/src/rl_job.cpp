@@ -482,14 +482,14 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
   self->request(controller, std::chrono::seconds(10), stats_atom::value)
       .receive([&](controller_stats& s) { result.stats = s; }, [](caf::error&) {});
   if (reward)
-  self->request(reward, std::chrono::seconds(10), stats_atom::value)
-      .receive(
-          [&](reward_pool_stats& s) {
-            result.reward = s;
-            spdlog::info("reward pool: {} scored, {} refused while full (sent again later), {} timeouts, {} errors",
-                         s.scored, s.refused, s.timeouts, s.errors);
-          },
-          [](caf::error&) {});
+    self->request(reward, std::chrono::seconds(10), stats_atom::value)
+        .receive(
+            [&](reward_pool_stats& s) {
+              result.reward = s;
+              spdlog::info("reward pool: {} scored, {} refused while full (sent again later), {} timeouts, {} errors",
+                           s.scored, s.refused, s.timeouts, s.errors);
+            },
+            [](caf::error&) {});
 
   // Evaluation of the final weights.
   if (!evals->prompts.empty() && result.exit_code == 0) {
@@ -592,12 +592,15 @@ constexpr auto retry_interval = std::chrono::seconds(1);
 // its job runs (the warm start comes first), so this asks again until then.
 void join_run(members_pointer self, const std::string& role, const caf::actor& member) {
   self->request(self->state.head, std::chrono::seconds(10), join_atom::value, role, member)
-      .then([role](bool) { spdlog::info("{} joined the run", role == "rollout" ? "a rollout worker" : "the reward pool"); },
-            [self, role, member](caf::error& err) {
-              if (err != node_errc::not_ready)
-                spdlog::warn("joining the run failed ({}); trying again", describe(err));
-              self->delayed_send(self, retry_interval, join_atom::value, role, member);
-            });
+      .then(
+          [role](bool) {
+            spdlog::info("{} joined the run", role == "rollout" ? "a rollout worker" : "the reward pool");
+          },
+          [self, role, member](caf::error& err) {
+            if (err != node_errc::not_ready)
+              spdlog::warn("joining the run failed ({}); trying again", describe(err));
+            self->delayed_send(self, retry_interval, join_atom::value, role, member);
+          });
 }
 
 void subscribe_to_weights(members_pointer self) {

@@ -152,15 +152,15 @@ void record(publisher_pointer self, const weight_delivery& report) {
 
 // The sending side of one Gloo link, on a thread of its own: opening the link
 // and sending block until the receiver takes part (or the deadline passes).
-caf::behavior gloo_sender(caf::event_based_actor* self, std::shared_ptr<gloo_rendezvous> rendezvous,
-                          std::string prefix, std::chrono::milliseconds timeout,
+caf::behavior gloo_sender(caf::event_based_actor* self, std::shared_ptr<gloo_rendezvous> rendezvous, std::string prefix,
+                          std::chrono::milliseconds timeout,
                           std::function<void(int64_t, uint64_t, std::string&)> tamper) {
   std::shared_ptr<gloo_link> link;
   try {
     link = std::make_shared<gloo_link>(*rendezvous, prefix, timeout);
   } catch (const std::exception& e) {
     spdlog::warn("weight publisher: {}; that subscriber fetches over CAF", e.what());
-    self->quit(caf::exit_reason::user_shutdown);
+    self->quit(caf::exit_reason::normal);  // normal: the linked publisher lives on
     return {};
   }
   return {
@@ -190,7 +190,7 @@ caf::behavior gloo_sender(caf::event_based_actor* self, std::shared_ptr<gloo_ren
           return true;
         } catch (const std::exception& e) {
           spdlog::warn("weight publisher: {}", e.what());
-          self->quit(caf::exit_reason::user_shutdown);
+          self->quit(caf::exit_reason::normal);
           return caf::make_error(caf::sec::runtime_error, e.what());
         }
       },
@@ -249,7 +249,8 @@ weight_publisher_actor::behavior_type publisher_behavior(publisher_pointer self,
         return promise;
       },
       [self](publish_atom, int64_t version) { settle(self, version, true); },
-      [self](subscribe_atom, std::string& name, caf::actor& handle) -> caf::result<packed<weight_manifest>, std::string> {
+      [self](subscribe_atom, std::string& name,
+             caf::actor& handle) -> caf::result<packed<weight_manifest>, std::string> {
         auto& st = self->state;
         if (!handle)
           return caf::make_error(caf::sec::invalid_argument, "subscribe: no actor");
@@ -270,8 +271,9 @@ weight_publisher_actor::behavior_type publisher_behavior(publisher_pointer self,
             if (!st.rendezvous)
               st.rendezvous = std::make_shared<gloo_rendezvous>(st.setup.host, st.setup.timeout);
             auto prefix = "areal/" + name + "/" + std::to_string(++st.links);
-            entry.gloo_sender = self->system().spawn<caf::detached>(gloo_sender, st.rendezvous, prefix,
-                                                                    st.setup.timeout, st.setup.tamper);
+            // Linked: it ends with the publisher (it ends itself normally on a link failure).
+            entry.gloo_sender = self->spawn<caf::detached + caf::linked>(gloo_sender, st.rendezvous, prefix,
+                                                                         st.setup.timeout, st.setup.tamper);
             link = "gloo " + st.setup.host + ":" + std::to_string(st.rendezvous->port()) + " " + prefix;
           } catch (const std::exception& e) {
             st.gloo_failed = true;
@@ -296,8 +298,8 @@ weight_publisher_actor::behavior_type publisher_behavior(publisher_pointer self,
         auto& st = self->state;
         auto* h = find_version(st, version);
         if (!h)
-          return caf::make_error(weight_errc::gone, "version " + std::to_string(version) +
-                                                        " is no longer held; fetch the newest version");
+          return caf::make_error(weight_errc::gone,
+                                 "version " + std::to_string(version) + " is no longer held; fetch the newest version");
         if (chunk >= h->manifest.chunk_count())
           return caf::make_error(caf::sec::invalid_argument, "no chunk " + std::to_string(chunk));
         auto [first, size] = chunk_range(h->manifest, chunk);
@@ -525,8 +527,9 @@ weight_subscriber_actor::behavior_type subscriber_behavior(subscriber_pointer se
   st.publisher = caf::actor_cast<weight_publisher_actor>(st.setup.publisher);
   self->monitor(st.setup.publisher);
   self->set_down_handler([self](caf::down_msg& down) {
-    spdlog::warn("weights: the publisher is gone ({}); no more updates", describe(down.reason));
-    self->quit(down.reason);
+    // The node notices the controller node's loss by itself; this is not an error of the subscriber.
+    spdlog::info("weights: the publisher is gone ({}); no more updates", describe(down.reason));
+    self->quit(caf::exit_reason::normal);
   });
   self->request(st.publisher, st.setup.timeout, subscribe_atom::value, st.setup.node, caf::actor_cast<caf::actor>(self))
       .then(

@@ -30,12 +30,12 @@ const char* to_string(weight_backend x);
 std::optional<weight_backend> parse_weight_backend(const std::string& name);
 
 struct weight_publisher_setup {
-  std::string name = "trainer";                      // this node, in reports and traces
-  weight_backend backend = weight_backend::gloo;     // offered to remote subscribers
-  std::string host = "127.0.0.1";                    // where the Gloo rendezvous and links listen
-  uint64_t chunk_bytes = uint64_t{4} << 20;          // transfer chunk size
-  std::chrono::milliseconds timeout{60000};          // per version and subscriber
-  std::vector<tensor_entry> tensors;                 // the manifest's layout of the buffer (may be empty)
+  std::string name = "trainer";                   // this node, in reports and traces
+  weight_backend backend = weight_backend::gloo;  // offered to remote subscribers
+  std::string host = "127.0.0.1";                 // where the Gloo rendezvous and links listen
+  uint64_t chunk_bytes = uint64_t{4} << 20;       // transfer chunk size
+  std::chrono::milliseconds timeout{60000};       // per version and subscriber
+  std::vector<tensor_entry> tensors;              // the manifest's layout of the buffer (may be empty)
   /// Test hook: may alter a chunk as it is sent (version, chunk index, bytes),
   /// to show that the receiver detects it.
   std::function<void(int64_t, uint64_t, std::string&)> tamper;
@@ -44,13 +44,13 @@ struct weight_publisher_setup {
 weight_publisher_actor spawn_weight_publisher(caf::actor_system& sys, weight_publisher_setup setup);
 
 struct weight_subscriber_setup {
-  std::string node;                   // this node's name, as the publisher reports it
-  caf::actor publisher;               // a weight_publisher_actor, usually remote
-  std::vector<caf::actor> sinks;      // rollout workers of this node: each gets local_weights
-  caf::actor listener;                // optional: gets (weights_atom, int64_t version) after each version
-  uint64_t expected_bytes = 0;        // the local model's buffer size; 0: accept any
+  std::string node;                       // this node's name, as the publisher reports it
+  caf::actor publisher;                   // a weight_publisher_actor, usually remote
+  std::vector<caf::actor> sinks;          // rollout workers of this node: each gets local_weights
+  caf::actor listener;                    // optional: gets (weights_atom, int64_t version) after each version
+  uint64_t expected_bytes = 0;            // the local model's buffer size; 0: accept any
   std::string device_host = "127.0.0.1";  // this node's address for the Gloo link
-  bool allow_gloo = true;             // false: always fetch over CAF
+  bool allow_gloo = true;                 // false: always fetch over CAF
   std::chrono::milliseconds timeout{60000};
 };
 

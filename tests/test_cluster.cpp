@@ -1,0 +1,182 @@
+// The RL run across processes, as users start it: configs/four_nodes.toml made
+// CI-sized (the workload of test_pipeline's single-node run, same seeds) on
+// loopback ports. Four processes learn; a rollout node killed with SIGKILL
+// mid-run loses no sample, and started again it rejoins with the current
+// weights and produces trained trajectories. Every wait is bounded.
+#include <doctest/doctest.h>
+
+#include <regex>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "node_process.hpp"
+
+using namespace areal::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::vector<std::string> nodes = {"head", "scorer", "gen-a", "gen-b"};
+
+struct cluster {
+  scratch_dir dir;
+  std::vector<std::string> settings;
+
+  cluster(const std::string& name, int64_t steps) : dir(name) {
+    settings = {"model.preset=micro",
+                "task.max_value=9",
+                "task.median_terms=2.0",
+                "task.max_terms=3",
+                "task.truncated_fraction=0.5",
+                "run.seed=3",
+                "sft.steps=300",
+                "sft.lr=3e-3",
+                "rl.eta=2",
+                "rl.steps=" + std::to_string(steps),
+                "rl.batch_size=32",
+                "rl.max_new_tokens=8",
+                "rl.lr=3e-4",
+                "rl.rollout_slots=32",
+                "rl.max_concurrent=64",
+                "rl.checkpoint_every=4",
+                "eval.prompts=128",
+                "eval.every=0",
+                "reward.workers=1",
+                "cluster.heartbeat_interval_ms=200",
+                "cluster.connection_timeout_ms=1500",
+                "cluster.connect_timeout_s=60"};
+    for (auto& n : nodes)
+      settings.push_back("nodes." + n + ".port=" + std::to_string(free_port()));
+  }
+
+  std::unique_ptr<node_process> start(const std::string& node, const std::string& log_name) {
+    std::vector<std::string> args{"--config", AREAL_SOURCE_DIR "/configs/four_nodes.toml", "--node", node};
+    for (auto& s : settings) {
+      args.push_back("--set");
+      args.push_back(s);
+    }
+    auto p = std::make_unique<node_process>(args, dir.path / (log_name + ".log"), dir.path);
+    REQUIRE(p->started());
+    return p;
+  }
+
+  std::vector<nlohmann::json> metrics() const {
+    std::vector<nlohmann::json> lines;
+    std::ifstream in(dir.path / "runs/four-nodes/metrics.jsonl");
+    std::string line;
+    while (std::getline(in, line))
+      if (!line.empty())
+        lines.push_back(nlohmann::json::parse(line));
+    return lines;
+  }
+
+  int64_t steps_done() const {
+    int64_t steps = 0;
+    for (auto& m : metrics())
+      steps += m["event"] == "step";
+    return steps;
+  }
+};
+
+// Every trained batch within the staleness bound, no prompt trained twice;
+// returns the step lines.
+std::vector<nlohmann::json> check_steps(const cluster& c, int64_t eta) {
+  std::vector<nlohmann::json> steps;
+  std::set<uint64_t> prompts;
+  for (auto& m : c.metrics()) {
+    if (m["event"] != "step")
+      continue;
+    steps.push_back(m);
+    CHECK(m["staleness_trajectory_max"].get<int64_t>() <= eta);
+    for (auto& p : m["prompt_positions"])
+      CHECK(prompts.insert(p.get<uint64_t>()).second);
+    for (auto& [producer, facts] : m["producers"].items())
+      CHECK(facts["oldest_version"].get<int64_t>() >= m["version"].get<int64_t>() - 1 - eta);
+  }
+  return steps;
+}
+
+nlohmann::json summary(const cluster& c) {
+  std::ifstream in(c.dir.path / "runs/four-nodes/summary.json");
+  return nlohmann::json::parse(in);
+}
+
+}  // namespace
+
+TEST_CASE("four processes run the RL job and it learns as on one node") {
+  cluster c{"four", 24};
+  std::vector<std::unique_ptr<node_process>> procs;
+  for (auto& n : nodes)
+    procs.push_back(c.start(n, n));
+  auto& head = *procs[0];
+  REQUIRE_MESSAGE(head.wait_exit(150s) == 0, head.log());
+  for (size_t i = 1; i < procs.size(); ++i)
+    CHECK_MESSAGE(procs[i]->wait_exit(15s) == 0, procs[i]->log());
+  CHECK(head.log().find("a reward pool joined from node scorer") != std::string::npos);
+  CHECK(head.log().find("a rollout worker joined from node gen-a") != std::string::npos);
+  CHECK(head.log().find("a rollout worker joined from node gen-b") != std::string::npos);
+  CHECK(procs[2]->log().find("weights: subscribed (gloo link)") != std::string::npos);
+
+  auto s = summary(c);
+  CHECK(s["steps"] == 24);
+  CHECK(s["admitted"].get<int64_t>() == s["trained"].get<int64_t>() + s["dropped"].get<int64_t>());
+  CHECK(s["max_staleness"].get<int64_t>() <= 2);
+  CHECK_MESSAGE(s["accuracy_after"].get<double>() > s["accuracy_before"].get<double>() + 0.05, s.dump());
+  auto steps = check_steps(c, 2);
+  CHECK(steps.size() == 24);
+  std::set<std::string> producers;
+  for (auto& m : steps)
+    for (auto& [name, facts] : m["producers"].items())
+      producers.insert(name);
+  CHECK(producers.count("gen-a/rollout-0") == 1);
+  CHECK(producers.count("gen-b/rollout-0") == 1);
+  CHECK(steps.back().contains("weight_transfer_s"));
+}
+
+TEST_CASE("a rollout node killed mid-run loses no sample and rejoins with the current weights") {
+  cluster c{"sigkill-rollout", 40};
+  std::vector<std::unique_ptr<node_process>> procs;
+  for (auto& n : nodes)
+    procs.push_back(c.start(n, n));
+  auto& head = *procs[0];
+  // Mid-run: some steps trained.
+  auto deadline = std::chrono::steady_clock::now() + 120s;
+  while (c.steps_done() < 6 && std::chrono::steady_clock::now() < deadline && head.running())
+    std::this_thread::sleep_for(50ms);
+  REQUIRE_MESSAGE(c.steps_done() >= 6, head.log());
+  procs[3]->kill(SIGKILL);
+  CHECK(procs[3]->wait_exit(5s) == 128 + SIGKILL);
+  CHECK_MESSAGE(head.wait_for("lost the rollout worker on node gen-b", 10s), head.log());
+  auto killed_at = c.steps_done();
+  // It had samples in flight: they were queued again, not dropped.
+  std::smatch requeued;
+  auto log = head.log();
+  REQUIRE(std::regex_search(log, requeued, std::regex{"on node gen-b .*?; ([0-9]+) unfinished sample"}));
+  CHECK(std::stoi(requeued[1]) > 0);
+
+  // Started again, it rejoins and gets work.
+  auto restarted = c.start("gen-b", "gen-b-again");
+  CHECK_MESSAGE(restarted->wait_for("received the run's weights (version ", 60s), restarted->log());
+  REQUIRE_MESSAGE(head.wait_exit(150s) == 0, head.log());
+  CHECK_MESSAGE(restarted->wait_exit(15s) == 0, restarted->log());
+
+  auto s = summary(c);
+  CHECK(s["steps"] == 40);
+  CHECK(s["admitted"].get<int64_t>() == s["trained"].get<int64_t>() + s["dropped"].get<int64_t>());
+  // No sample was dropped for the lost node: its samples were generated again.
+  std::string end_line;
+  for (auto& m : c.metrics())
+    if (m["event"] == "end")
+      for (auto& [reason, n] : m["drop_reasons"].items())
+        CHECK_MESSAGE(reason.find("rollout worker") == std::string::npos, reason);
+  auto steps = check_steps(c, 2);
+  // The restarted node's trajectories were trained after it rejoined, with current versions (checked above).
+  bool rejoined_trained = false;
+  for (auto& m : steps)
+    if (m["step"].get<int64_t>() > killed_at + 1 && m["producers"].contains("gen-b/rollout-0"))
+      rejoined_trained = true;
+  CHECK(rejoined_trained);
+  auto rejoin = head.log().find("a rollout worker joined from node gen-b", head.log().find("lost the rollout worker"));
+  CHECK(rejoin != std::string::npos);
+}
