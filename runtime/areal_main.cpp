@@ -9,6 +9,7 @@
 #include "areal/actors/node.hpp"
 #include "areal/kernels/allocator.hpp"
 #include "areal/kernels/blas_probe.hpp"
+#include "areal/runtime/certs.hpp"
 #include "areal/runtime/cli.hpp"
 #include "areal/runtime/log.hpp"
 
@@ -44,6 +45,19 @@ int main(int argc, char** argv) {
     return areal::exit_bad_input;
   }
   auto& config = *loaded.config;
+  if (options.make_certs) {
+    try {
+      for (auto& file : areal::make_cluster_certificates(config, config.cluster.certs_dir))
+        std::cout << "wrote " << file << "\n";
+      std::cout << "copy " << config.cluster.certs_dir
+                << " to every host (each node needs ca.pem and its own NODE.pem and NODE.key; keep ca.key "
+                   "private)\n";
+      return areal::exit_ok;
+    } catch (const std::exception& e) {
+      std::cerr << "areal: --make-certs: " << e.what() << "\n";
+      return areal::exit_failure;
+    }
+  }
   auto choice = areal::choose_node(config, options);
   if (!choice.node) {
     std::cerr << "areal: " << choice.error << "\n";
@@ -74,6 +88,18 @@ int main(int argc, char** argv) {
   if (facts.reference_blas)
     spdlog::warn("LibTorch runs on the reference BLAS, about 16x slower: install libopenblas0-openmp (setup.sh does)");
 
+  if (config.nodes.size() > 1 && config.cluster.tls) {
+    if (auto missing = areal::check_tls_files(config, node.name); !missing.empty()) {
+      spdlog::error("{}", missing);
+      return areal::exit_bad_input;
+    }
+    if (config.cluster.weight_transport == "gloo")
+      spdlog::info(
+          "mutual TLS on between nodes; bulk weights travel over Gloo links, which are not encrypted "
+          "(set cluster.weight_transport = \"caf\" to send them over the TLS connections)");
+  } else if (config.nodes.size() > 1) {
+    spdlog::warn("cluster.security = \"plain\": peers are not authenticated and traffic is not encrypted");
+  }
   areal::node_run_options run_options;
   run_options.run_dir = run_dir.string();
   run_options.resume = options.resume;

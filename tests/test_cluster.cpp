@@ -1,6 +1,6 @@
 // The RL run across processes, as users start it: configs/four_nodes.toml made
 // CI-sized (the workload of test_pipeline's single-node run, same seeds) on
-// loopback ports. Four processes learn; a rollout node killed with SIGKILL
+// loopback ports, over mutual TLS. Four processes learn; a rollout node killed with SIGKILL
 // mid-run loses no sample, and started again it rejoins with the current
 // weights and produces trained trajectories. Every wait is bounded.
 #include <doctest/doctest.h>
@@ -48,6 +48,10 @@ struct cluster {
                 "cluster.connect_timeout_s=60"};
     for (auto& n : nodes)
       settings.push_back("nodes." + n + ".port=" + std::to_string(free_port()));
+    // The topology asks for mutual TLS: the cluster's certificates first, as a user makes them.
+    node_process certs({"--config", AREAL_SOURCE_DIR "/configs/four_nodes.toml", "--make-certs"},
+                       dir.path / "certs.log", dir.path);
+    REQUIRE(certs.wait_exit(30s) == 0);
   }
 
   std::unique_ptr<node_process> start(const std::string& node, const std::string& log_name) {
@@ -117,6 +121,7 @@ TEST_CASE("four processes run the RL job and it learns as on one node") {
   CHECK(head.log().find("a rollout worker joined from node gen-a") != std::string::npos);
   CHECK(head.log().find("a rollout worker joined from node gen-b") != std::string::npos);
   CHECK(procs[2]->log().find("weights: subscribed (gloo link)") != std::string::npos);
+  CHECK(head.log().find("(mutual TLS)") != std::string::npos);
 
   auto s = summary(c);
   CHECK(s["steps"] == 24);

@@ -101,7 +101,8 @@ TEST_CASE("the handshake refuses other protocol versions and clusters and names 
   hello.protocol_version = 99;
   auto [reply, error] = f.greet(node, hello);
   CHECK_FALSE(reply);
-  CHECK(error.find("node worker speaks protocol version 99, node head speaks protocol version " + std::to_string(protocol_version)) != std::string::npos);
+  CHECK(error.find("node worker speaks protocol version 99, node head speaks protocol version " +
+                   std::to_string(protocol_version)) != std::string::npos);
 
   hello = f.worker_hello();
   hello.app_id = "other";

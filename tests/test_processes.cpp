@@ -14,8 +14,10 @@ using namespace std::chrono_literals;
 namespace {
 
 std::string topology(uint16_t head_port, uint16_t worker_port, double hold_s = 0, const char* app_id = "areal-test") {
-  return "[run]\nname = \"proc\"\njob = \"probe\"\nhold_s = " + std::to_string(hold_s) + "\n\n[cluster]\napp_id = \"" + app_id +
-         "\"\nconnect_timeout_s = 20.0\nheartbeat_interval_ms = 200\nconnection_timeout_ms = 1500\n\n"
+  return "[run]\nname = \"proc\"\njob = \"probe\"\nhold_s = " + std::to_string(hold_s) + "\n\n[cluster]\napp_id = \"" +
+         app_id +
+         "\"\nsecurity = \"plain\"\nconnect_timeout_s = 20.0\nheartbeat_interval_ms = 200\nconnection_timeout_ms = "
+         "1500\n\n"
          "[[nodes]]\nname = \"head\"\nport = " +
          std::to_string(head_port) +
          "\nroles = [\"controller\", \"trainer\"]\n\n[[nodes]]\nname = \"worker\"\nport = " +
@@ -188,4 +190,74 @@ TEST_CASE("a port in use is reported with what to do") {
   CHECK(second->log().find("cannot listen on 127.0.0.1:") != std::string::npos);
   head->kill(SIGTERM);
   CHECK(head->wait_exit(5s) == 0);
+}
+
+namespace {
+
+// Two nodes whose topology asks for mutual TLS; each --make-certs run makes its own CA.
+struct tls_pair {
+  scratch_dir dir;
+  std::string config;
+  explicit tls_pair(const std::string& name) : dir(name) {
+    auto text = topology(free_port(), free_port());
+    auto at = text.find("security = \"plain\"");
+    text.replace(at, std::string{"security = \"plain\""}.size(), "security = \"tls\"\ncerts_dir = \"certs\"");
+    config = dir.write("topology.toml", text);
+  }
+  int make_certs(const std::string& certs_dir) {
+    node_process p({"--config", config, "--make-certs", "--set", "cluster.certs_dir=" + certs_dir},
+                   dir.path / ("certs-" + certs_dir + ".log"), dir.path);
+    return p.wait_exit(30s).value_or(-1);
+  }
+  std::unique_ptr<node_process> start(const std::string& node, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args{"--config", config, "--node", node, "--set", "cluster.connect_timeout_s=5"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto p = std::make_unique<node_process>(args, dir.path / (node + ".log"), dir.path);
+    REQUIRE(p->started());
+    return p;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("nodes with certificates of the cluster's CA connect over mutual TLS") {
+  tls_pair t{"tls-ok"};
+  REQUIRE(t.make_certs("certs") == 0);
+  CHECK(std::filesystem::exists(t.dir.path / "certs/ca.pem"));
+  CHECK((std::filesystem::status(t.dir.path / "certs/worker.key").permissions() &
+         std::filesystem::perms::others_read) == std::filesystem::perms::none);
+  auto head = t.start("head");
+  auto worker = t.start("worker");
+  check_joined(*head, *worker);
+  CHECK(head->log().find("(mutual TLS)") != std::string::npos);
+  CHECK(head->wait_exit(15s) == 0);
+  CHECK(worker->wait_exit(15s) == 0);
+}
+
+TEST_CASE("a node whose certificate comes from another CA is refused") {
+  tls_pair t{"tls-foreign-ca"};
+  REQUIRE(t.make_certs("certs") == 0);
+  REQUIRE(t.make_certs("other") == 0);  // a second, unrelated CA
+  auto head = t.start("head");
+  REQUIRE(head->wait_for("listening on", 10s));
+  auto worker = t.start("worker", {"--set", "cluster.certs_dir=other"});
+  CHECK_MESSAGE(worker->wait_exit(15s) == 5, worker->log());
+  CHECK(worker->log().find("refused this node's credentials") != std::string::npos);
+  CHECK(head->log().find("peer joined") == std::string::npos);
+}
+
+TEST_CASE("a node without a certificate is refused by a TLS cluster and a TLS node needs its files") {
+  tls_pair t{"tls-none"};
+  REQUIRE(t.make_certs("certs") == 0);
+  auto head = t.start("head");
+  REQUIRE(head->wait_for("listening on", 10s));
+  auto plain = t.start("worker", {"--set", "cluster.security=plain"});
+  CHECK_MESSAGE(plain->wait_exit(15s) == 5, plain->log());
+  CHECK(plain->log().find("refused this node's credentials (here cluster.security = \"plain\")") != std::string::npos);
+  CHECK(head->log().find("peer joined") == std::string::npos);
+  // A TLS node whose certificate files are missing stops before starting anything.
+  auto missing = t.start("worker", {"--set", "cluster.certs_dir=nowhere"});
+  CHECK(missing->wait_exit(15s) == 2);
+  CHECK(missing->log().find("nowhere/ca.pem (missing or unreadable)") != std::string::npos);
+  CHECK(missing->log().find("--make-certs") != std::string::npos);
 }

@@ -7,9 +7,11 @@
 #include <caf/all.hpp>
 #include <caf/io/middleman.hpp>
 #include <caf/io/middleman_actor.hpp>
+#include <caf/openssl/manager.hpp>
 
 #include "areal/actors/node.hpp"
 #include "areal/actors/rl_job.hpp"
+#include "areal/runtime/certs.hpp"
 #include "areal/runtime/log.hpp"
 
 namespace areal {
@@ -266,7 +268,10 @@ void retry_connect(node_pointer self, const std::string& why) {
            "could not reach the controller node " + target.name + " at " + target.host + ":" +
                std::to_string(target.port) + " within " + std::to_string(st.setup.config.cluster.connect_timeout_s) +
                " s (" + std::to_string(st.connect_attempts) + " attempts; last error: " + why +
-               "). Start that node, or check its host and port in " + st.setup.config.source);
+               "). Start that node, or check its host and port in " + st.setup.config.source +
+               (uses_tls(st.setup.config) ? " (with cluster.security = \"tls\", a controller node without TLS shows as "
+                                            "this too)"
+                                          : ""));
     return;
   }
   spdlog::debug("controller not reachable yet ({}); retrying in {} ms", why, st.backoff.count());
@@ -278,7 +283,8 @@ void connect_to_controller(node_pointer self) {
   auto& state = self->state;
   auto& target = state.setup.config.controller_node();
   state.connect_attempts++;
-  auto mm = self->system().middleman().actor_handle();
+  auto mm = uses_tls(state.setup.config) ? self->system().openssl_manager().actor_handle()
+                                         : self->system().middleman().actor_handle();
   auto timeout = std::chrono::milliseconds(state.setup.config.cluster.connection_timeout_ms);
   self->request(mm, timeout, caf::connect_atom::value, target.host, target.port)
       .then(
@@ -327,6 +333,22 @@ void connect_to_controller(node_pointer self) {
                     });
           },
           [self, target](caf::error& err) {
+            auto& config = self->state.setup.config;
+            if (err == caf::sec::disconnect_during_handshake) {
+              // The peer ended the connection before BASP's handshake: its TLS
+              // layer refused our certificate (or our lack of one).
+              finish(self, exit_refused,
+                     "the node at " + target.host + ":" + std::to_string(target.port) +
+                         " closed the connection during the handshake: it refused this node's credentials (here "
+                         "cluster.security = \"" +
+                         (config.cluster.tls
+                              ? "tls\", certificate " +
+                                    tls_files_for(config.cluster.certs_dir, self->state.setup.self.name).certificate
+                              : std::string{"plain\""}) +
+                         "). Give every node certificates from one CA (areal --config " + config.source +
+                         " --make-certs) and the same cluster.security");
+              return;
+            }
             if (err == caf::sec::incompatible_application_ids || err == caf::sec::incompatible_versions) {
               finish(self, exit_refused,
                      "the node at " + target.host + ":" + std::to_string(target.port) + " refused the connection (" +
@@ -510,8 +532,20 @@ node_hello make_hello(const node_setup& setup) {
   return h;
 }
 
-void configure_actor_system(caf::actor_system_config& cfg, const cluster_spec& cluster) {
+void keep_openssl_error_queue_fix();  // openssl_error_queue.cpp
+
+void configure_actor_system(caf::actor_system_config& cfg, const cluster_spec& cluster, const std::string& tls_node) {
   cfg.load<caf::io::middleman>();
+  if (!tls_node.empty()) {
+    keep_openssl_error_queue_fix();
+    // Mutual TLS: with a certificate set, CAF's OpenSSL module requires and
+    // verifies the peer's certificate against the CA on both sides.
+    cfg.load<caf::openssl::manager>();
+    auto files = tls_files_for(cluster.certs_dir, tls_node);
+    cfg.openssl_certificate = files.certificate;
+    cfg.openssl_key = files.key;
+    cfg.openssl_cafile = files.ca_certificate;
+  }
   cfg.add_message_types<caf::id_block::areal>();
   cfg.set("middleman.app-identifiers", std::vector<std::string>{"areal:" + cluster.app_id});
   cfg.set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(cluster.heartbeat_interval_ms)});

@@ -11,6 +11,7 @@
 
 #include <caf/all.hpp>
 #include <caf/io/middleman.hpp>
+#include <caf/openssl/publish.hpp>
 
 #include "areal/actors/node.hpp"
 #include "areal/actors/rl_job.hpp"
@@ -116,13 +117,14 @@ int run_node(const run_config& config, const node_spec& self_spec, const node_ru
     spdlog::warn("--resume applies to the controller node; this node ignores it");
   {
     caf::actor_system_config cfg;
-    configure_actor_system(cfg, config.cluster);
+    configure_actor_system(cfg, config.cluster, uses_tls(config) ? self_spec.name : std::string{});
     caf::actor_system sys{cfg};
     caf::scoped_actor self{sys};
     auto node = spawn_node(sys, node_setup{config, self_spec, caf::actor{self}});
 
     if (self_spec.port != 0) {
-      auto port = sys.middleman().publish(node, self_spec.port, self_spec.host.c_str(), false);
+      auto port = uses_tls(config) ? caf::openssl::publish(node, self_spec.port, self_spec.host.c_str(), false)
+                                   : sys.middleman().publish(node, self_spec.port, self_spec.host.c_str(), false);
       if (!port) {
         spdlog::error(
             "cannot listen on {}:{}: {}. Another process may use the port: stop it, or change the port of "
@@ -131,7 +133,7 @@ int run_node(const run_config& config, const node_spec& self_spec, const node_ru
         self->send_exit(node, caf::exit_reason::user_shutdown);
         return exit_bad_input;
       }
-      spdlog::info("listening on {}:{}", self_spec.host, *port);
+      spdlog::info("listening on {}:{}{}", self_spec.host, *port, uses_tls(config) ? " (mutual TLS)" : "");
     }
 
     std::atomic<bool> stopping{false};

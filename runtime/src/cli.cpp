@@ -8,6 +8,7 @@ namespace areal {
 std::string usage() {
   return R"(usage: areal --config FILE [--node NAME] [--role ROLE[,ROLE...]] [--set KEY=VALUE]...
              [--run-dir DIR] [--resume] [--log-level LEVEL]
+       areal --config FILE --make-certs
        areal --help | --help-config | --version
 
 Runs one node of an areal topology: one CAF actor system per process.
@@ -19,6 +20,8 @@ Runs one node of an areal topology: one CAF actor system per process.
   --run-dir DIR     where outputs go (default: run.output_dir/run.name)
   --resume          continue the run from the checkpoint in its run directory
   --log-level L     trace, debug, info (default), warn, error
+  --make-certs      write a private CA and a certificate for every node of the topology into
+                    cluster.certs_dir (for cluster.security = "tls"; an existing CA is kept), then exit
   --help-config     list every configuration key with its type, range and default
 Exit codes: 0 run finished or stopped by a signal (a checkpoint is written), 2 bad command line or configuration,
             3 could not reach a peer, 4 lost the controller, 5 refused by a peer, 1 other failure.
@@ -83,6 +86,8 @@ cli_result parse_cli(int argc, const char* const* argv) {
       if (!value(v) || v.empty())
         return fail("--run-dir needs a directory");
       o.run_dir = v;
+    } else if (arg == "--make-certs") {
+      o.make_certs = true;
     } else if (arg == "--resume") {
       o.resume = true;
     } else if (arg == "--log-level") {

@@ -205,6 +205,21 @@ const std::vector<section_spec>& schema() {
             600000,
             {},
             "a peer silent this long is declared lost (must exceed heartbeat_interval_ms)"},
+           {"security",
+            kind::string,
+            std::string{"tls"},
+            -INFINITY,
+            INFINITY,
+            {"tls", "plain"},
+            "tls: nodes authenticate each other with certificates from certs_dir (mutual TLS); plain: no "
+            "authentication or encryption (say so explicitly; for loopback tests)"},
+           {"certs_dir",
+            kind::string,
+            std::string{"certs"},
+            -INFINITY,
+            INFINITY,
+            {},
+            "directory of ca.pem and NODE.pem / NODE.key (areal --config T --make-certs writes them)"},
            {"weight_transport",
             kind::string,
             std::string{"gloo"},
@@ -797,6 +812,8 @@ run_config extract(const toml::table& root, const std::string& source) {
   c.cluster.heartbeat_interval_ms = static_cast<uint32_t>(cluster["heartbeat_interval_ms"].value_or(int64_t{0}));
   c.cluster.connection_timeout_ms = static_cast<uint32_t>(cluster["connection_timeout_ms"].value_or(int64_t{0}));
   c.cluster.weight_transport = cluster["weight_transport"].value_or(std::string{"gloo"});
+  c.cluster.tls = cluster["security"].value_or(std::string{"tls"}) == "tls";
+  c.cluster.certs_dir = cluster["certs_dir"].value_or(std::string{"certs"});
   c.cluster.weight_chunk_bytes = static_cast<uint64_t>(cluster["weight_chunk_kb"].value_or(int64_t{4096})) * 1024;
   c.cluster.transfer_timeout_ms = static_cast<uint32_t>(cluster["transfer_timeout_ms"].value_or(int64_t{60000}));
   c.cluster.request_timeout_s = cluster["request_timeout_s"].value_or(600.0);

@@ -40,8 +40,16 @@ struct node_setup {
 };
 
 /// Loads the middleman, announces areal's types and applies the cluster settings
-/// (application identifier, heartbeat interval, connection timeout).
-void configure_actor_system(caf::actor_system_config& cfg, const cluster_spec& cluster);
+/// (application identifier, heartbeat interval, connection timeout). With a
+/// node name (a node of a multi-node topology with cluster.security = "tls"),
+/// also loads CAF's OpenSSL module with that node's certificate, key and the CA.
+void configure_actor_system(caf::actor_system_config& cfg, const cluster_spec& cluster,
+                            const std::string& tls_node = {});
+
+/// True when the nodes of this topology talk over mutual TLS.
+inline bool uses_tls(const run_config& config) {
+  return config.nodes.size() > 1 && config.cluster.tls;
+}
 
 /// Spawns the node actor. It connects to the controller node by itself when the
 /// topology says so; publishing it on its port is the caller's business.

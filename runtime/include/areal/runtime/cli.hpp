@@ -20,6 +20,7 @@ struct cli_options {
   bool help = false;
   bool help_config = false;
   bool version = false;
+  bool make_certs = false;  // --make-certs: write the topology's TLS certificates and exit
 };
 
 struct cli_result {

@@ -34,6 +34,8 @@ struct cluster_spec {
   double connect_timeout_s = 30;  // how long a node retries reaching the controller node
   uint32_t heartbeat_interval_ms = 500;
   uint32_t connection_timeout_ms = 3000;  // a silent peer is declared lost after this
+  bool tls = true;                        // security = "tls": mutual TLS with certificates from certs_dir
+  std::string certs_dir = "certs";
   std::string weight_transport = "gloo";  // gloo or caf
   uint64_t weight_chunk_bytes = uint64_t{4} << 20;
   uint32_t transfer_timeout_ms = 60000;  // one weight transfer to one node
