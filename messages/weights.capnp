@@ -24,7 +24,7 @@ struct WeightManifest {
   version @1 :Int64;               # policy version these weights are
   tensors @2 :List(TensorEntry);
   totalBytes @3 :UInt64;           # size of the buffer the offsets point into
-  checksum @4 :UInt64;             # XXH64 (seed 0) of the whole buffer
+  checksum @4 :UInt64;             # XXH64 (seed 0) of the whole buffer; 0: not computed (in transit
+                                   # every chunk travels with its own XXH64, computed by the sender)
   chunkBytes @5 :UInt64;           # the buffer travels in chunks of this size (the last may be shorter); 0: whole
-  chunkChecksums @6 :List(UInt64); # XXH64 (seed 0) of each chunk, in order
 }

@@ -17,6 +17,7 @@ struct gloo_rendezvous::impl {
 struct gloo_link::impl {
   std::chrono::milliseconds timeout;
   std::unique_ptr<c10d::ProcessGroupGloo> group;
+  std::vector<c10::intrusive_ptr<c10d::Work>> posted;
 };
 
 namespace {
@@ -99,6 +100,33 @@ void gloo_link::recv(at::Tensor& bytes, int tag) {
     impl_->group->recv(tensors, 0, tag)->wait(impl_->timeout);
     return 0;
   });
+}
+
+size_t gloo_link::post_send(const at::Tensor& bytes, int tag) {
+  return rethrow_as_runtime_error("Gloo send failed", [&] {
+    std::vector<at::Tensor> tensors{bytes};
+    impl_->posted.push_back(impl_->group->send(tensors, 1, tag));
+    return impl_->posted.size() - 1;
+  });
+}
+
+size_t gloo_link::post_recv(at::Tensor& bytes, int tag) {
+  return rethrow_as_runtime_error("Gloo receive failed", [&] {
+    std::vector<at::Tensor> tensors{bytes};
+    impl_->posted.push_back(impl_->group->recv(tensors, 0, tag));
+    return impl_->posted.size() - 1;
+  });
+}
+
+void gloo_link::wait(size_t index) {
+  rethrow_as_runtime_error("Gloo transfer failed", [&] {
+    impl_->posted.at(index)->wait(impl_->timeout);
+    return 0;
+  });
+}
+
+void gloo_link::clear_posted() {
+  impl_->posted.clear();
 }
 
 }  // namespace areal

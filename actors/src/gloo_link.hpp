@@ -49,6 +49,16 @@ class gloo_link {
   void send(const at::Tensor& bytes, int tag);
   void recv(at::Tensor& bytes, int tag);
 
+  /// Non-blocking: the transfer is queued and Gloo's thread moves the bytes
+  /// while the caller goes on (e.g. checksums the previous chunk). The tensor
+  /// must stay alive until wait(index) returned. Returns the index to wait on.
+  size_t post_send(const at::Tensor& bytes, int tag);
+  size_t post_recv(at::Tensor& bytes, int tag);
+  /// Waits for one posted transfer; throws like send and recv.
+  void wait(size_t index);
+  /// Forgets the posted transfers (all waited for).
+  void clear_posted();
+
  private:
   struct impl;
   std::unique_ptr<impl> impl_;

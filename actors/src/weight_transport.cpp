@@ -101,18 +101,14 @@ const held_version* find_version(publisher_state& st, int64_t version) {
   return nullptr;
 }
 
+// The announcement of a version: its size and chunking. The checksums are
+// computed as the chunks are sent, so publishing costs no pass over the buffer.
 weight_manifest make_manifest(const weight_publisher_setup& setup, const local_weights& w) {
   weight_manifest m;
   m.version = w.version;
   m.tensors = setup.tensors;
   m.total_bytes = static_cast<uint64_t>(w.flat->nbytes());
   m.chunk_bytes = setup.chunk_bytes;
-  auto data = bytes_of(*w.flat);
-  m.checksum = checksum(data, m.total_bytes);
-  for (uint64_t i = 0; i < m.chunk_count(); ++i) {
-    auto [first, size] = chunk_range(m, i);
-    m.chunk_checksums.push_back(checksum(data + first, size));
-  }
   return m;
 }
 
@@ -173,20 +169,30 @@ caf::behavior gloo_sender(caf::event_based_actor* self, std::shared_ptr<gloo_ren
           link->send(header, header_tag);
           if (!w.flat)
             return false;
+          // Chunk i goes with tag 2i+1 and its XXH64 with tag 2i+2. Sends are
+          // posted, so the checksum of the next chunk overlaps this one's transfer.
+          auto count = m.chunk_count();
+          auto sums = at::empty({static_cast<int64_t>(count)}, at::kLong);
+          auto* sum = sums.data_ptr<int64_t>();
           auto bytes = w.flat->view(-1).view(at::kByte);
-          for (uint64_t i = 0; i < m.chunk_count(); ++i) {
+          std::vector<at::Tensor> altered;  // kept alive until sent
+          for (uint64_t i = 0; i < count; ++i) {
             auto [first, size] = chunk_range(m, i);
             auto chunk = bytes.narrow(0, static_cast<int64_t>(first), static_cast<int64_t>(size));
+            sum[i] = static_cast<int64_t>(checksum(chunk.data_ptr(), size));
             if (tamper) {
               std::string copy(bytes_of(chunk), size);
               tamper(w.version, i, copy);
-              auto altered = at::empty({static_cast<int64_t>(size)}, at::kByte);
-              std::memcpy(altered.data_ptr(), copy.data(), size);
-              link->send(altered, static_cast<int>(i + 1));
-            } else {
-              link->send(chunk, static_cast<int>(i + 1));
+              altered.push_back(at::empty({static_cast<int64_t>(size)}, at::kByte));
+              std::memcpy(altered.back().data_ptr(), copy.data(), size);
+              chunk = altered.back();
             }
+            link->post_send(chunk, static_cast<int>(2 * i + 1));
+            link->post_send(sums.narrow(0, static_cast<int64_t>(i), 1), static_cast<int>(2 * i + 2));
           }
+          for (size_t k = 0; k < 2 * count; ++k)
+            link->wait(k);
+          link->clear_posted();
           return true;
         } catch (const std::exception& e) {
           spdlog::warn("weight publisher: {}", e.what());
@@ -294,7 +300,7 @@ weight_publisher_actor::behavior_type publisher_behavior(publisher_pointer self,
         }
         return caf::make_result(std::move(newest), std::move(link));
       },
-      [self](fetch_atom, int64_t version, uint64_t chunk) -> caf::result<std::string> {
+      [self](fetch_atom, int64_t version, uint64_t chunk) -> caf::result<uint64_t, std::string> {
         auto& st = self->state;
         auto* h = find_version(st, version);
         if (!h)
@@ -303,10 +309,12 @@ weight_publisher_actor::behavior_type publisher_behavior(publisher_pointer self,
         if (chunk >= h->manifest.chunk_count())
           return caf::make_error(caf::sec::invalid_argument, "no chunk " + std::to_string(chunk));
         auto [first, size] = chunk_range(h->manifest, chunk);
-        std::string bytes(bytes_of(*h->weights.flat) + first, size);
+        auto* data = bytes_of(*h->weights.flat) + first;
+        auto sum = checksum(data, size);
+        std::string bytes(data, size);
         if (st.setup.tamper)
           st.setup.tamper(version, chunk, bytes);
-        return bytes;
+        return caf::make_result(sum, std::move(bytes));
       },
       [self](push_atom, std::string& name, int64_t version) -> caf::result<bool> {
         auto& st = self->state;
@@ -334,6 +342,7 @@ struct subscriber_state {
   weight_publisher_actor publisher;
   std::optional<weight_manifest> announced;  // the newest announced version
   int64_t applied = -1;                      // the newest version handed to the sinks
+  std::shared_ptr<const at::Tensor> last;    // its buffer (reused once the sinks let go of it)
   std::unique_ptr<gloo_link> link;
   bool fetching = false;  // a CAF fetch is in progress
   bool subscribed = false;
@@ -370,11 +379,8 @@ void report(subscriber_pointer self, const weight_manifest& m, const std::string
 void deliver(subscriber_pointer self, const weight_manifest& m, at::Tensor buffer, const std::string& backend,
              double seconds, uint32_t resent) {
   auto& st = self->state;
-  if (checksum(buffer.data_ptr(), m.total_bytes) != m.checksum) {
-    report(self, m, backend, seconds, resent, "the whole buffer's checksum differs although every chunk matched");
-    return;
-  }
   local_weights w{m.version, std::make_shared<const at::Tensor>(buffer.view(at::kFloat))};
+  st.last = w.flat;
   for (auto& sink : st.setup.sinks)
     caf::anon_send(sink, w);
   st.applied = m.version;
@@ -383,8 +389,8 @@ void deliver(subscriber_pointer self, const weight_manifest& m, at::Tensor buffe
   report(self, m, backend, seconds, resent, {});
 }
 
-bool chunk_ok(const weight_manifest& m, uint64_t i, const char* data, size_t size) {
-  return size == chunk_range(m, i).second && checksum(data, size) == m.chunk_checksums[i];
+bool chunk_ok(const weight_manifest& m, uint64_t i, const char* data, size_t size, uint64_t sum) {
+  return size == chunk_range(m, i).second && checksum(data, size) == sum;
 }
 
 void request_chunks(subscriber_pointer self, std::shared_ptr<caf_transfer> t);
@@ -393,10 +399,10 @@ void fetch_chunk(subscriber_pointer self, std::shared_ptr<caf_transfer> t, uint6
   auto& st = self->state;
   self->request(st.publisher, st.setup.timeout, fetch_atom::value, t->manifest.version, i)
       .then(
-          [self, t, i](std::string& bytes) {
+          [self, t, i](uint64_t sum, std::string& bytes) {
             if (t->failed)
               return;
-            if (!chunk_ok(t->manifest, i, bytes.data(), bytes.size())) {
+            if (!chunk_ok(t->manifest, i, bytes.data(), bytes.size(), sum)) {
               if (t->retried.insert(i).second) {
                 t->resent++;
                 spdlog::warn("weights: chunk {} of version {} failed its checksum; fetching it again", i,
@@ -453,14 +459,26 @@ bool receive_over_gloo(subscriber_pointer self, const weight_manifest& m, at::Te
     st.link->recv(header, header_tag);
     if (header.item<int64_t>() != m.version)
       return false;
+    // Every receive is posted at once; each chunk is checked while the later ones arrive.
+    auto count = m.chunk_count();
+    auto sums = at::empty({static_cast<int64_t>(count)}, at::kLong);
     auto bytes = buffer.view(at::kByte);
-    for (uint64_t i = 0; i < m.chunk_count(); ++i) {
+    std::vector<at::Tensor> chunks, chunk_sums;
+    for (uint64_t i = 0; i < count; ++i) {
       auto [first, size] = chunk_range(m, i);
-      auto chunk = bytes.narrow(0, static_cast<int64_t>(first), static_cast<int64_t>(size));
-      st.link->recv(chunk, static_cast<int>(i + 1));
-      if (!chunk_ok(m, i, bytes_of(chunk), size))
+      chunks.push_back(bytes.narrow(0, static_cast<int64_t>(first), static_cast<int64_t>(size)));
+      chunk_sums.push_back(sums.narrow(0, static_cast<int64_t>(i), 1));
+      st.link->post_recv(chunks.back(), static_cast<int>(2 * i + 1));
+      st.link->post_recv(chunk_sums.back(), static_cast<int>(2 * i + 2));
+    }
+    for (uint64_t i = 0; i < count; ++i) {
+      st.link->wait(2 * i);
+      st.link->wait(2 * i + 1);
+      auto sum = static_cast<uint64_t>(sums.data_ptr<int64_t>()[i]);
+      if (!chunk_ok(m, i, bytes_of(chunks[i]), chunk_range(m, i).second, sum))
         bad.push_back(i);
     }
+    st.link->clear_posted();
     return true;
   } catch (const std::exception& e) {
     spdlog::warn("weights: {}; fetching over CAF from now on", e.what());
@@ -480,7 +498,13 @@ void start_version(subscriber_pointer self, const weight_manifest& m) {
   auto t = std::make_shared<caf_transfer>();
   t->manifest = m;
   t->started = clock_type::now();
-  t->buffer = at::empty({static_cast<int64_t>(m.total_bytes)}, at::kByte);
+  // The previous version's buffer is reused when nobody holds it any more
+  // (fresh pages cost a page fault each as the bytes arrive).
+  if (st.last && st.last.use_count() == 1 && static_cast<uint64_t>(st.last->nbytes()) == m.total_bytes)
+    t->buffer = st.last->view(at::kByte);
+  else
+    t->buffer = at::empty({static_cast<int64_t>(m.total_bytes)}, at::kByte);
+  st.last.reset();
   if (st.link) {
     std::vector<uint64_t> bad;
     if (receive_over_gloo(self, m, t->buffer, bad)) {

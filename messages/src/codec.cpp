@@ -292,9 +292,9 @@ caf::error validate(const weight_manifest& x) {
   for (size_t i = 1; i < ranges.size(); ++i)
     if (ranges[i].first < ranges[i - 1].second)
       return invalid("weight_manifest: two tensors overlap at byte " + std::to_string(ranges[i].first));
-  if (!x.chunk_checksums.empty() && x.chunk_checksums.size() != x.chunk_count())
-    return invalid("weight_manifest: " + std::to_string(x.chunk_checksums.size()) + " chunk checksums for " +
-                   std::to_string(x.chunk_count()) + " chunks of " + std::to_string(x.chunk_bytes) + " bytes");
+  if (x.chunk_bytes != 0 && x.total_bytes / x.chunk_bytes >= (uint64_t{1} << 24))
+    return invalid("weight_manifest: chunks of " + std::to_string(x.chunk_bytes) + " bytes are too small for " +
+                   std::to_string(x.total_bytes) + " bytes");
   return {};
 }
 
@@ -317,7 +317,6 @@ caf::expected<std::vector<char>> encode(const weight_manifest& x) {
   root.setTotalBytes(x.total_bytes);
   root.setChecksum(x.checksum);
   root.setChunkBytes(x.chunk_bytes);
-  fill(root.initChunkChecksums(x.chunk_checksums.size()), x.chunk_checksums);
   return finish(builder);
 }
 
@@ -330,9 +329,6 @@ caf::expected<weight_manifest> decode<weight_manifest>(const char* data, size_t 
         x.total_bytes = r.getTotalBytes();
         x.checksum = r.getChecksum();
         x.chunk_bytes = r.getChunkBytes();
-        if (r.getChunkChecksums().size() > (uint64_t{1} << 24))
-          return invalid("weight_manifest: too many chunk checksums");
-        x.chunk_checksums = to_vector<uint64_t>(r.getChunkChecksums());
         for (auto e : r.getTensors()) {
           if (!enum_in_range(e.getDtype(), wire::DType::U8))
             return invalid("weight_manifest: tensor '" + to_std(e.getName()) + "' has unknown dtype " +

@@ -38,8 +38,8 @@ uint64_t tensor_entry::byte_size() const {
 }
 
 bool weight_manifest::operator==(const weight_manifest& o) const {
-  return std::tie(version, tensors, total_bytes, checksum, chunk_bytes, chunk_checksums) ==
-         std::tie(o.version, o.tensors, o.total_bytes, o.checksum, o.chunk_bytes, o.chunk_checksums);
+  return std::tie(version, tensors, total_bytes, checksum, chunk_bytes) ==
+         std::tie(o.version, o.tensors, o.total_bytes, o.checksum, o.chunk_bytes);
 }
 
 uint64_t weight_manifest::chunk_count() const {

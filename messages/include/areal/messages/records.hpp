@@ -82,9 +82,8 @@ struct weight_manifest {
   int64_t version = 0;
   std::vector<tensor_entry> tensors;
   uint64_t total_bytes = 0;
-  uint64_t checksum = 0;                 // XXH64, seed 0, of the whole buffer
-  uint64_t chunk_bytes = 0;              // transfer chunk size (the last chunk may be shorter); 0: one chunk
-  std::vector<uint64_t> chunk_checksums;  // XXH64, seed 0, of each chunk
+  uint64_t checksum = 0;     // XXH64, seed 0, of the whole buffer; 0: not computed
+  uint64_t chunk_bytes = 0;  // transfer chunk size (the last chunk may be shorter); 0: one chunk
   /// Chunks the buffer travels in: ceil(total_bytes / chunk_bytes).
   uint64_t chunk_count() const;
   bool operator==(const weight_manifest&) const;
