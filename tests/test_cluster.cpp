@@ -5,6 +5,7 @@
 // weights and produces trained trajectories. Every wait is bounded.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <regex>
 #include <set>
 
@@ -84,14 +85,22 @@ struct cluster {
 };
 
 // Every trained batch within the staleness bound, no prompt trained twice;
-// returns the step lines.
+// returns the step lines. After a crash, the steps trained after the last
+// checkpoint were lost with the process: the resumed run (its "resume" line)
+// trains them again, so the lines it supersedes are left out.
 std::vector<nlohmann::json> check_steps(const cluster& c, int64_t eta) {
   std::vector<nlohmann::json> steps;
-  std::set<uint64_t> prompts;
   for (auto& m : c.metrics()) {
-    if (m["event"] != "step")
-      continue;
-    steps.push_back(m);
+    if (m["event"] == "resume") {
+      auto kept = m["steps"].get<int64_t>();
+      steps.erase(std::remove_if(steps.begin(), steps.end(), [&](const nlohmann::json& x) { return x["step"].get<int64_t>() > kept; }),
+                  steps.end());
+    }
+    if (m["event"] == "step")
+      steps.push_back(m);
+  }
+  std::set<uint64_t> prompts;
+  for (auto& m : steps) {
     CHECK(m["staleness_trajectory_max"].get<int64_t>() <= eta);
     for (auto& p : m["prompt_positions"])
       CHECK(prompts.insert(p.get<uint64_t>()).second);
@@ -184,4 +193,53 @@ TEST_CASE("a rollout node killed mid-run loses no sample and rejoins with the cu
   CHECK(rejoined_trained);
   auto rejoin = head.log().find("a rollout worker joined from node gen-b", head.log().find("lost the rollout worker"));
   CHECK(rejoin != std::string::npos);
+}
+
+TEST_CASE("losing the head stops every node and the restarted run resumes from its last checkpoint") {
+  cluster c{"lost-head", 24};
+  {
+    std::vector<std::unique_ptr<node_process>> procs;
+    for (auto& n : nodes)
+      procs.push_back(c.start(n, n));
+    auto& head = *procs[0];
+    auto deadline = std::chrono::steady_clock::now() + 120s;
+    while (c.steps_done() < 9 && std::chrono::steady_clock::now() < deadline && head.running())
+      std::this_thread::sleep_for(50ms);
+    REQUIRE_MESSAGE(c.steps_done() >= 9, head.log());
+    head.kill(SIGKILL);
+    CHECK(head.wait_exit(5s) == 128 + SIGKILL);
+    for (size_t i = 1; i < procs.size(); ++i) {
+      CHECK_MESSAGE(procs[i]->wait_exit(15s) == 4, procs[i]->log());  // lost the controller
+      CHECK(procs[i]->log().find("lost the controller node head") != std::string::npos);
+    }
+  }
+  // The last checkpoint (every 4 steps) is intact; the run resumes from it.
+  auto checkpoint = c.dir.path / "runs/four-nodes/checkpoint";
+  REQUIRE(std::filesystem::exists(checkpoint / "controller_state.json"));
+  std::vector<std::unique_ptr<node_process>> procs;
+  c.settings.push_back("run.hold_s=0");
+  for (auto& n : nodes) {
+    if (n == "head") {
+      std::vector<std::string> args{"--config", AREAL_SOURCE_DIR "/configs/four_nodes.toml", "--node", "head",
+                                    "--resume"};
+      for (auto& s : c.settings) {
+        args.push_back("--set");
+        args.push_back(s);
+      }
+      procs.push_back(std::make_unique<node_process>(args, c.dir.path / "head-again.log", c.dir.path));
+    } else {
+      procs.push_back(c.start(n, n + "-again"));
+    }
+  }
+  auto& head = *procs[0];
+  REQUIRE_MESSAGE(head.wait_exit(150s) == 0, head.log());
+  for (size_t i = 1; i < procs.size(); ++i)
+    CHECK_MESSAGE(procs[i]->wait_exit(15s) == 0, procs[i]->log());
+  CHECK(head.log().find("resuming from") != std::string::npos);
+  auto s = summary(c);
+  CHECK(s["steps"] == 24);
+  CHECK(s["version"] == 24);
+  CHECK(s["admitted"].get<int64_t>() == s["trained"].get<int64_t>() + s["dropped"].get<int64_t>());
+  // No prompt trained twice across the two runs, staleness within the bound, every step once.
+  CHECK(check_steps(c, 2).size() == 24);
 }
