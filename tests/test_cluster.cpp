@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <map>
 #include <regex>
 #include <set>
 
@@ -93,7 +94,8 @@ std::vector<nlohmann::json> check_steps(const cluster& c, int64_t eta) {
   for (auto& m : c.metrics()) {
     if (m["event"] == "resume") {
       auto kept = m["steps"].get<int64_t>();
-      steps.erase(std::remove_if(steps.begin(), steps.end(), [&](const nlohmann::json& x) { return x["step"].get<int64_t>() > kept; }),
+      steps.erase(std::remove_if(steps.begin(), steps.end(),
+                                 [&](const nlohmann::json& x) { return x["step"].get<int64_t>() > kept; }),
                   steps.end());
     }
     if (m["event"] == "step")
@@ -146,6 +148,39 @@ TEST_CASE("four processes run the RL job and it learns as on one node") {
   CHECK(producers.count("gen-a/rollout-0") == 1);
   CHECK(producers.count("gen-b/rollout-0") == 1);
   CHECK(steps.back().contains("weight_transfer_s"));
+
+  // One timeline: the other nodes' spans are on the head's trace, on the head's clock.
+  std::ifstream trace_file(c.dir.path / "runs/four-nodes/trace.json");
+  auto trace = nlohmann::json::parse(trace_file);
+  std::map<int, std::string> tracks;
+  double last_end = 0;
+  for (auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "thread_name")
+      tracks[e["tid"].get<int>()] = e["args"]["name"].get<std::string>();
+    if (e["ph"] == "X")
+      last_end = std::max(last_end, e["ts"].get<double>() + e["dur"].get<double>());
+  }
+  std::map<std::string, int> spans;  // "track what" -> count
+  double first_remote = 1e300, last_remote = 0;
+  for (auto& e : trace["traceEvents"])
+    if (e["ph"] == "X") {
+      auto& track = tracks[e["tid"].get<int>()];
+      spans[track + " " + e["name"].get<std::string>()]++;
+      if (track.rfind("gen-", 0) == 0) {
+        first_remote = std::min(first_remote, e["ts"].get<double>());
+        last_remote = std::max(last_remote, e["ts"].get<double>() + e["dur"].get<double>());
+      }
+    }
+  CHECK(spans["gen-a/rollout-0 generate"] > 0);
+  CHECK(spans["gen-b/rollout-0 generate"] > 0);
+  bool scored_remotely = false;
+  for (auto& [key, n] : spans)
+    scored_remotely = scored_remotely || (key.rfind("scorer/", 0) == 0 && key.find(" reward") != std::string::npos);
+  CHECK(scored_remotely);
+  // Generation happened during the run: after the head's tracer started (ts 0, before the warm start
+  // ended) and before its last span, within the clock offset's error.
+  CHECK(first_remote > 0);
+  CHECK(last_remote <= last_end + 1e5);  // microseconds
 }
 
 TEST_CASE("a rollout node killed mid-run loses no sample and rejoins with the current weights") {

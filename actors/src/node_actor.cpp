@@ -8,6 +8,7 @@
 #include <caf/io/middleman.hpp>
 #include <caf/io/middleman_actor.hpp>
 #include <caf/openssl/manager.hpp>
+#include <nlohmann/json.hpp>
 
 #include "areal/actors/node.hpp"
 #include "areal/actors/rl_job.hpp"
@@ -107,7 +108,9 @@ struct node_state {
   node_stats stats;
   caf::actor controller;  // RL, controller node: the job's controller and weight publisher
   caf::actor publisher;
-  caf::actor members;  // RL, other nodes: the agent of this node's rollout workers and reward pool
+  caf::actor members;                      // RL, other nodes: the agent of this node's rollout workers and reward pool
+  std::shared_ptr<tracer> trace;           // RL, other nodes: the members' spans, for the controller node's trace
+  int64_t controller_clock_offset_ns = 0;  // the controller node's wall clock minus ours (at the handshake)
 };
 
 using node_pointer = node_actor::stateful_pointer<node_state>;
@@ -298,12 +301,18 @@ void connect_to_controller(node_pointer self) {
             }
             auto handle = caf::actor_cast<node_actor>(ptr);
             st.hello.wall_clock_ns = wall_clock_ns();
+            auto sent_ns = st.hello.wall_clock_ns;
             auto hello = pack(st.hello);
             self->request(handle, std::chrono::milliseconds(st.setup.config.cluster.connection_timeout_ms),
                           std::move(*hello))
                 .then(
-                    [self, handle, target](packed<node_hello>& reply) {
+                    [self, handle, target, sent_ns](packed<node_hello>& reply) {
+                      // Their clock read halfway through the round trip: the offset, NTP-style.
+                      self->state.controller_clock_offset_ns = 0;
                       auto theirs = unpack(reply);
+                      if (theirs)
+                        self->state.controller_clock_offset_ns =
+                            theirs->wall_clock_ns - (sent_ns + (wall_clock_ns() - sent_ns) / 2);
                       if (!theirs) {
                         finish(self, exit_refused, "the controller's hello is unreadable: " + describe(theirs.error()));
                         return;
@@ -317,7 +326,8 @@ void connect_to_controller(node_pointer self) {
                       auto& s = self->state;
                       if (!probe_job(self) && !s.members) {
                         // The RL run: this node's rollout workers and reward pool join it.
-                        s.members = spawn_node_members(self->system(), s.setup.config, s.setup.self, handle);
+                        s.trace = std::make_shared<tracer>("areal " + s.setup.self.name);
+                        s.members = spawn_node_members(self->system(), s.setup.config, s.setup.self, handle, s.trace);
                         self->link_to(s.members);
                       }
                     },
@@ -474,6 +484,48 @@ node_actor::behavior_type node_behavior(node_pointer self, node_setup setup) {
         if (!st.publisher)
           return caf::make_error(node_errc::not_ready, "the RL job has not started yet");
         return st.publisher;
+      },
+      [self](trace_atom) -> caf::result<std::string> {
+        auto& st = self->state;
+        if (!is_controller(self)) {
+          // Our spans, in the controller node's wall clock; tracks named after this node.
+          auto shift = trace_clock_to_wall_ns() + st.controller_clock_offset_ns;
+          nlohmann::json out = nlohmann::json::array();
+          if (st.trace)
+            for (auto& s : st.trace->spans()) {
+              auto track =
+                  s.track.rfind(st.setup.self.name + "/", 0) == 0 ? s.track : st.setup.self.name + "/" + s.track;
+              out.push_back({track, s.what, s.start_ns + shift, s.end_ns + shift});
+            }
+          return out.dump();
+        }
+        // The controller node: every peer's spans, merged (a peer that does not answer in time is left out).
+        auto promise = self->make_response_promise<std::string>();
+        auto merged = std::make_shared<nlohmann::json>(nlohmann::json::array());
+        auto pending = std::make_shared<size_t>(st.peers.size());
+        if (*pending == 0)
+          promise.deliver(merged->dump());
+        for (auto& [name, p] : st.peers) {
+          auto one_done = [promise, merged, pending]() mutable {
+            if (--*pending == 0)
+              promise.deliver(merged->dump());
+          };
+          auto peer_name = name;
+          self->request(p.handle, std::chrono::seconds(10), trace_atom::value)
+              .then(
+                  [merged, one_done](std::string& text) mutable {
+                    auto spans = nlohmann::json::parse(text, nullptr, false);
+                    if (spans.is_array())
+                      for (auto& s : spans)
+                        merged->push_back(std::move(s));
+                    one_done();
+                  },
+                  [one_done, peer_name](caf::error& err) mutable {
+                    spdlog::warn("no trace spans from {}: {}", peer_name, describe(err));
+                    one_done();
+                  });
+        }
+        return promise;
       },
       [self](publisher_atom, caf::actor& controller, caf::actor& publisher) {
         self->state.controller = controller;

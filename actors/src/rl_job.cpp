@@ -524,6 +524,26 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
     self->send_exit(evaluator, caf::exit_reason::user_shutdown);
   self->send_exit(controller, caf::exit_reason::user_shutdown);
 
+  if (multi_node) {
+    // The other nodes' spans, in this node's wall clock: onto this timeline.
+    self->request(options.node, std::chrono::seconds(15), trace_atom::value)
+        .receive(
+            [&](std::string& text) {
+              auto to_trace_clock = trace_clock_to_wall_ns();
+              size_t merged = 0;
+              try {
+                for (auto& s : nlohmann::json::parse(text)) {
+                  trace->span(s.at(0).get<std::string>(), s.at(1).get<std::string>(),
+                              s.at(2).get<int64_t>() - to_trace_clock, s.at(3).get<int64_t>() - to_trace_clock);
+                  merged++;
+                }
+              } catch (const std::exception& e) {
+                spdlog::warn("the other nodes' trace spans are unreadable: {}", e.what());
+              }
+              spdlog::info("trace: {} span(s) of the other nodes merged", merged);
+            },
+            [](caf::error& err) { spdlog::warn("cannot collect the other nodes' trace spans: {}", describe(err)); });
+  }
   auto trace_path = (options.run_dir / "trace.json").string();
   if (!trace->write_chrome_trace(trace_path))
     spdlog::warn("cannot write {}", trace_path);
@@ -631,8 +651,8 @@ void subscribe_to_weights(members_pointer self) {
 }  // namespace
 
 caf::actor spawn_node_members(caf::actor_system& sys, const run_config& config, const node_spec& self_spec,
-                              node_actor controller_node) {
-  return sys.spawn<caf::detached>([config, self_spec, controller_node](members_pointer self) -> caf::behavior {
+                              node_actor controller_node, std::shared_ptr<tracer> trace) {
+  return sys.spawn<caf::detached>([config, self_spec, controller_node, trace](members_pointer self) -> caf::behavior {
     auto& st = self->state;
     st.node = self_spec.name;
     st.head = controller_node;
@@ -640,7 +660,9 @@ caf::actor spawn_node_members(caf::actor_system& sys, const run_config& config, 
     st.gloo = config.cluster.weight_transport == "gloo";
     st.transfer_timeout = std::chrono::milliseconds(config.cluster.transfer_timeout_ms);
     if (self_spec.has(role::reward)) {
-      auto pool = spawn_reward_pool(self->system(), make_reward_pool_config(config.reward));
+      auto pool_config = make_reward_pool_config(config.reward);
+      pool_config.trace = trace;
+      auto pool = spawn_reward_pool(self->system(), pool_config);
       self->link_to(pool);
       join_run(self, "reward", caf::actor_cast<caf::actor>(pool));
     }
@@ -651,7 +673,7 @@ caf::actor spawn_node_members(caf::actor_system& sys, const run_config& config, 
         auto m = make_model(config);
         st.model_bytes = static_cast<uint64_t>(m.policy->flat().nbytes());
         auto share = std::make_shared<compute_share>(threads, true, 1);
-        st.rollouts = spawn_rollout_workers(self->system(), config, m, share, nullptr, 0, self_spec.name + "/rollout-");
+        st.rollouts = spawn_rollout_workers(self->system(), config, m, share, trace, 0, self_spec.name + "/rollout-");
         for (auto& r : st.rollouts)
           self->link_to(r);
         spdlog::info("{} rollout worker(s) ready ({} compute threads); waiting for the current weights",

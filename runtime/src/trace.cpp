@@ -13,6 +13,21 @@ int64_t trace_clock_ns() {
       .count();
 }
 
+int64_t trace_clock_to_wall_ns() {
+  auto wall =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return wall - trace_clock_ns();
+}
+
+std::vector<tracer::span_record> tracer::spans() const {
+  std::lock_guard<std::mutex> guard{mutex_};
+  std::vector<span_record> out;
+  out.reserve(events_.size());
+  for (auto& e : events_)
+    out.push_back({tracks_[static_cast<size_t>(e.track)], names_[static_cast<size_t>(e.what)], e.start_ns, e.end_ns});
+  return out;
+}
+
 tracer::tracer(std::string process_name, size_t max_spans)
     : process_(std::move(process_name)), max_spans_(max_spans), origin_ns_(trace_clock_ns()) {}
 

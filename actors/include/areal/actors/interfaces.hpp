@@ -31,6 +31,7 @@ inline constexpr uint32_t protocol_version = 2;
 using stats_atom = caf::atom_constant<caf::atom("stats")>;
 using join_atom = caf::atom_constant<caf::atom("join")>;
 using publisher_atom = caf::atom_constant<caf::atom("publisher")>;
+using trace_atom = caf::atom_constant<caf::atom("trace")>;
 using run_end_atom = caf::atom_constant<caf::atom("run_end")>;
 using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;
 using done_atom = caf::atom_constant<caf::atom("done")>;
@@ -61,6 +62,10 @@ using node_actor = caf::typed_actor<
     // Set by the RL job of this process once it runs: its controller and weight
     // publisher, for the two requests above.
     caf::reacts_to<publisher_atom, caf::actor, caf::actor>,
+    // The trace spans of this node's members as JSON [[track, what, start, end], ...]
+    // in nanoseconds of the controller node's wall clock (the offset estimated at
+    // the handshake). On the controller node: every peer's, merged.
+    caf::replies_to<trace_atom>::with<std::string>,
     // Timer of the connection phase, sent by a node to itself: a node retrying to
     // reach the controller tries again; on the controller it is the deadline by
     // which every node of the topology must have joined.

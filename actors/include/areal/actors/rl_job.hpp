@@ -18,6 +18,7 @@
 
 #include "areal/actors/interfaces.hpp"
 #include "areal/runtime/config.hpp"
+#include "areal/runtime/trace.hpp"
 
 namespace areal {
 
@@ -58,6 +59,6 @@ rl_job_result run_rl_job(const rl_job_options& options, const std::atomic<bool>&
 /// has them join the run through the controller node's node actor, the
 /// rollout workers once they hold the current weights. Linked to its members.
 caf::actor spawn_node_members(caf::actor_system& sys, const run_config& config, const node_spec& self,
-                              node_actor controller_node);
+                              node_actor controller_node, std::shared_ptr<tracer> trace);
 
 }  // namespace areal

@@ -15,6 +15,8 @@ namespace areal {
 
 /// Nanoseconds on the clock every span uses (steady, process-wide).
 int64_t trace_clock_ns();
+/// Wall-clock time (system clock, ns since the epoch) minus trace_clock_ns(): converts span times to wall time.
+int64_t trace_clock_to_wall_ns();
 
 class tracer {
  public:
@@ -27,6 +29,12 @@ class tracer {
   std::map<std::string, double> busy_seconds() const;
   /// Total seconds spent in spans named `what`, over all tracks.
   double seconds_in(const std::string& what) const;
+  /// Every span kept so far: (track, what, start_ns, end_ns).
+  struct span_record {
+    std::string track, what;
+    int64_t start_ns, end_ns;
+  };
+  std::vector<span_record> spans() const;
   /// Writes the Chrome-trace JSON (atomically: a temporary file renamed). Returns false on failure.
   bool write_chrome_trace(const std::string& path) const;
 
