@@ -1,7 +1,7 @@
 // bench_weight_sync: how fast a new weight version reaches the rollout nodes.
 // One publisher (the trainer's node) and one or two subscribers, each in an
 // actor system of its own connected over loopback TCP as separate nodes are.
-// Rows: the weight transport over Gloo links, over CAF chunk messages, and
+// Rows: the weight transport over Gloo links (and NCCL where a GPU is), over CAF chunk messages, and
 // in-process sharing (a pointer; its figure is the cost of the hand-over), each
 // against the raw loopback TCP ceiling measured in the same run (plain sockets,
 // one sending thread per receiver, no checksums). A transfer is timed from
@@ -115,7 +115,7 @@ std::vector<double> transport_seconds(const std::string& backend, size_t bytes, 
   {
     caf::scoped_actor self{*sending.sys};
     weight_publisher_setup ps;
-    ps.backend = backend == "caf" ? weight_backend::caf : weight_backend::gloo;
+    ps.backend = parse_weight_backend(backend).value_or(weight_backend::gloo);  // in-process: any
     ps.timeout = 600s;
     auto publisher = spawn_weight_publisher(*sending.sys, ps);
     std::vector<caf::actor> subscribers;
@@ -135,7 +135,7 @@ std::vector<double> transport_seconds(const std::string& backend, size_t bytes, 
         weight_subscriber_setup ss;
         ss.node = "receiver-" + std::to_string(i);
         ss.publisher = caf::actor_cast<caf::actor>(*remote);
-        ss.allow_gloo = backend == "gloo";
+        ss.allow_bulk = backend != "caf";
         ss.timeout = 600s;
         subscribers.push_back(caf::actor_cast<caf::actor>(spawn_weight_subscriber(*node.sys, ss)));
       }
@@ -225,7 +225,10 @@ int main(int argc, char** argv) {
                         {"vs_raw_tcp", ratio}});
       };
       print("raw-tcp", raw_s);
-      for (std::string path : {"gloo", "caf", "in-process"}) {
+      std::vector<std::string> paths{"gloo", "caf", "in-process"};
+      if (weight_backend_available(weight_backend::nccl))
+        paths.insert(paths.begin(), "nccl");
+      for (auto& path : paths) {
         auto reps = path == "caf" && mib >= 512 ? 1 : repetitions;  // CAF messages are slow: one timed run
         auto seconds = transport_seconds(path, bytes, receivers, reps);
         if (seconds.empty())

@@ -1,12 +1,15 @@
 // The Gloo link (gloo_link.hpp): the one translation unit with c10d headers.
 #include "gloo_link.hpp"
 
+#include <cstring>
 #include <stdexcept>
 
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "areal/messages/codec.hpp"
 
 namespace areal {
 
@@ -127,6 +130,61 @@ void gloo_link::wait(size_t index) {
 
 void gloo_link::clear_posted() {
   impl_->posted.clear();
+}
+
+void gloo_link::send_version(const weight_manifest& m, const at::Tensor* bytes, const chunk_tamper& tamper) {
+  auto header = at::full({1}, bytes ? m.version : -1, at::kLong);
+  send(header, 0);
+  if (!bytes)
+    return;
+  auto count = m.chunk_count();
+  auto sums = at::empty({static_cast<int64_t>(count)}, at::kLong);
+  auto* sum = sums.data_ptr<int64_t>();
+  std::vector<at::Tensor> altered;  // kept alive until sent
+  for (uint64_t i = 0; i < count; ++i) {
+    auto [first, size] = chunk_range(m, i);
+    auto chunk = bytes->narrow(0, static_cast<int64_t>(first), static_cast<int64_t>(size));
+    sum[i] = static_cast<int64_t>(checksum(chunk.data_ptr(), size));
+    if (tamper) {
+      std::string copy(static_cast<const char*>(chunk.data_ptr()), size);
+      tamper(m.version, i, copy);
+      altered.push_back(at::empty({static_cast<int64_t>(size)}, at::kByte));
+      std::memcpy(altered.back().data_ptr(), copy.data(), size);
+      chunk = altered.back();
+    }
+    post_send(chunk, static_cast<int>(2 * i + 1));
+    post_send(sums.narrow(0, static_cast<int64_t>(i), 1), static_cast<int>(2 * i + 2));
+  }
+  for (size_t k = 0; k < 2 * count; ++k)
+    wait(k);
+  clear_posted();
+}
+
+bool gloo_link::receive_version(const weight_manifest& m, at::Tensor& buffer, std::vector<uint64_t>& bad) {
+  auto header = at::empty({1}, at::kLong);
+  recv(header, 0);
+  if (header.item<int64_t>() != m.version)
+    return false;
+  // Every receive is posted at once; each chunk is checked while the later ones arrive.
+  auto count = m.chunk_count();
+  auto sums = at::empty({static_cast<int64_t>(count)}, at::kLong);
+  std::vector<at::Tensor> chunks, chunk_sums;
+  for (uint64_t i = 0; i < count; ++i) {
+    auto [first, size] = chunk_range(m, i);
+    chunks.push_back(buffer.narrow(0, static_cast<int64_t>(first), static_cast<int64_t>(size)));
+    chunk_sums.push_back(sums.narrow(0, static_cast<int64_t>(i), 1));
+    post_recv(chunks.back(), static_cast<int>(2 * i + 1));
+    post_recv(chunk_sums.back(), static_cast<int>(2 * i + 2));
+  }
+  for (uint64_t i = 0; i < count; ++i) {
+    wait(2 * i);
+    wait(2 * i + 1);
+    auto size = chunk_range(m, i).second;
+    if (checksum(chunks[i].data_ptr(), size) != static_cast<uint64_t>(sums.data_ptr<int64_t>()[i]))
+      bad.push_back(i);
+  }
+  clear_posted();
+  return true;
 }
 
 }  // namespace areal

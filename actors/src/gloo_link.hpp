@@ -11,6 +11,8 @@
 #include <memory>
 #include <string>
 
+#include "bulk_link.hpp"
+
 namespace at {
 class Tensor;
 }  // namespace at
@@ -34,7 +36,7 @@ class gloo_rendezvous {
   std::unique_ptr<impl> impl_;
 };
 
-class gloo_link {
+class gloo_link final : public bulk_link {
  public:
   /// The sending side (rank 0), on the node that hosts `rendezvous`. Blocks until
   /// the receiving side joined; throws std::runtime_error after `timeout`.
@@ -42,7 +44,13 @@ class gloo_link {
   /// The receiving side (rank 1): connects to the rendezvous at host:port.
   gloo_link(const std::string& host, uint16_t port, const std::string& prefix, const std::string& device_host,
             std::chrono::milliseconds timeout);
-  ~gloo_link();
+  ~gloo_link() override;
+
+  const char* backend() const override { return "gloo"; }
+  /// Chunk i goes with tag 2i+1 and its checksum with tag 2i+2 (0 is the header);
+  /// every transfer is posted at once, so checksums overlap the bytes in flight.
+  void send_version(const weight_manifest& m, const at::Tensor* bytes, const chunk_tamper& tamper) override;
+  bool receive_version(const weight_manifest& m, at::Tensor& buffer, std::vector<uint64_t>& bad) override;
 
   /// Blocking transfers of a contiguous byte tensor, matched by tag. Throw on
   /// timeout or a broken connection; the link is unusable afterwards.

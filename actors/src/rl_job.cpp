@@ -598,7 +598,7 @@ struct members_state {
   std::vector<rollout_actor> rollouts;
   uint64_t model_bytes = 0;
   std::string host;
-  bool gloo = true;
+  bool bulk = true;  // take the bulk link the publisher offers (Gloo, NCCL)
   std::chrono::milliseconds transfer_timeout{60000};
   caf::actor subscriber;
   bool rollouts_joined = false;
@@ -636,7 +636,7 @@ void subscribe_to_weights(members_pointer self) {
             ws.listener = caf::actor_cast<caf::actor>(self);
             ws.expected_bytes = st.model_bytes;
             ws.device_host = st.host;
-            ws.allow_gloo = st.gloo;
+            ws.allow_bulk = st.bulk;
             ws.timeout = st.transfer_timeout;
             st.subscriber = caf::actor_cast<caf::actor>(spawn_weight_subscriber(self->system(), ws));
             self->link_to(st.subscriber);
@@ -657,7 +657,7 @@ caf::actor spawn_node_members(caf::actor_system& sys, const run_config& config, 
     st.node = self_spec.name;
     st.head = controller_node;
     st.host = self_spec.host;
-    st.gloo = config.cluster.weight_transport == "gloo";
+    st.bulk = config.cluster.weight_transport != "caf";
     st.transfer_timeout = std::chrono::milliseconds(config.cluster.transfer_timeout_ms);
     if (self_spec.has(role::reward)) {
       auto pool_config = make_reward_pool_config(config.reward);

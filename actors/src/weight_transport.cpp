@@ -12,6 +12,7 @@
 
 #include "areal/runtime/log.hpp"
 #include "gloo_link.hpp"
+#include "nccl_link.hpp"
 
 namespace areal {
 
@@ -28,12 +29,26 @@ const char* to_string(weight_errc x) {
 }
 
 const char* to_string(weight_backend x) {
-  return x == weight_backend::gloo ? "gloo" : "caf";
+  switch (x) {
+    case weight_backend::gloo:
+      return "gloo";
+    case weight_backend::nccl:
+      return "nccl";
+    case weight_backend::caf:
+      break;
+  }
+  return "caf";
+}
+
+bool weight_backend_available(weight_backend x) {
+  return x != weight_backend::nccl || nccl_available();
 }
 
 std::optional<weight_backend> parse_weight_backend(const std::string& name) {
   if (name == "gloo")
     return weight_backend::gloo;
+  if (name == "nccl")
+    return weight_backend::nccl;
   if (name == "caf")
     return weight_backend::caf;
   return std::nullopt;
@@ -51,16 +66,6 @@ const char* bytes_of(const at::Tensor& t) {
   return static_cast<const char*>(t.data_ptr());
 }
 
-// Byte range [first, first + size) of chunk `i`.
-std::pair<uint64_t, uint64_t> chunk_range(const weight_manifest& m, uint64_t i) {
-  auto size = m.chunk_bytes == 0 ? m.total_bytes : m.chunk_bytes;
-  auto first = i * size;
-  return {first, std::min(size, m.total_bytes - first)};
-}
-
-// Gloo tags: 0 is the header (the version sent, or -1: not held), chunk i is i + 1.
-constexpr int header_tag = 0;
-
 // -- publisher ----------------------------------------------------------------
 
 struct held_version {
@@ -72,7 +77,7 @@ struct held_version {
 struct subscriber_entry {
   caf::actor handle;
   bool local = false;
-  caf::actor gloo_sender;  // the sending side of its Gloo link, when it has one
+  caf::actor bulk_sender;  // the sending side of its bulk link (Gloo, NCCL), when it has one
 };
 
 struct pending_publish {
@@ -88,7 +93,7 @@ struct publisher_state {
   std::map<std::string, subscriber_entry> subscribers;
   std::map<int64_t, pending_publish> pending;  // by version
   std::shared_ptr<gloo_rendezvous> rendezvous;
-  bool gloo_failed = false;
+  bool bulk_failed = false;  // the bulk backend cannot start here: CAF messages for everyone
   uint64_t links = 0;
 };
 
@@ -146,14 +151,14 @@ void record(publisher_pointer self, const weight_delivery& report) {
     settle(self, v, false);
 }
 
-// The sending side of one Gloo link, on a thread of its own: opening the link
-// and sending block until the receiver takes part (or the deadline passes).
-caf::behavior gloo_sender(caf::event_based_actor* self, std::shared_ptr<gloo_rendezvous> rendezvous, std::string prefix,
-                          std::chrono::milliseconds timeout,
-                          std::function<void(int64_t, uint64_t, std::string&)> tamper) {
-  std::shared_ptr<gloo_link> link;
+// The sending side of one subscriber's bulk link, on a thread of its own:
+// opening the link and sending block until the receiver takes part (or the
+// deadline passes).
+caf::behavior bulk_sender(caf::event_based_actor* self, std::function<std::shared_ptr<bulk_link>()> open,
+                          chunk_tamper tamper) {
+  std::shared_ptr<bulk_link> link;
   try {
-    link = std::make_shared<gloo_link>(*rendezvous, prefix, timeout);
+    link = open();
   } catch (const std::exception& e) {
     spdlog::warn("weight publisher: {}; that subscriber fetches over CAF", e.what());
     self->quit(caf::exit_reason::normal);  // normal: the linked publisher lives on
@@ -161,38 +166,14 @@ caf::behavior gloo_sender(caf::event_based_actor* self, std::shared_ptr<gloo_ren
   }
   return {
       [self, link, tamper](push_atom, local_weights& w, packed<weight_manifest>& packed_manifest) -> caf::result<bool> {
-        weight_manifest m;
-        if (w.flat)
-          m = *unpack(packed_manifest);
         try {
-          auto header = at::full({1}, w.flat ? w.version : -1, at::kLong);
-          link->send(header, header_tag);
-          if (!w.flat)
+          if (!w.flat) {
+            weight_manifest none;
+            link->send_version(none, nullptr, tamper);
             return false;
-          // Chunk i goes with tag 2i+1 and its XXH64 with tag 2i+2. Sends are
-          // posted, so the checksum of the next chunk overlaps this one's transfer.
-          auto count = m.chunk_count();
-          auto sums = at::empty({static_cast<int64_t>(count)}, at::kLong);
-          auto* sum = sums.data_ptr<int64_t>();
-          auto bytes = w.flat->view(-1).view(at::kByte);
-          std::vector<at::Tensor> altered;  // kept alive until sent
-          for (uint64_t i = 0; i < count; ++i) {
-            auto [first, size] = chunk_range(m, i);
-            auto chunk = bytes.narrow(0, static_cast<int64_t>(first), static_cast<int64_t>(size));
-            sum[i] = static_cast<int64_t>(checksum(chunk.data_ptr(), size));
-            if (tamper) {
-              std::string copy(bytes_of(chunk), size);
-              tamper(w.version, i, copy);
-              altered.push_back(at::empty({static_cast<int64_t>(size)}, at::kByte));
-              std::memcpy(altered.back().data_ptr(), copy.data(), size);
-              chunk = altered.back();
-            }
-            link->post_send(chunk, static_cast<int>(2 * i + 1));
-            link->post_send(sums.narrow(0, static_cast<int64_t>(i), 1), static_cast<int>(2 * i + 2));
           }
-          for (size_t k = 0; k < 2 * count; ++k)
-            link->wait(k);
-          link->clear_posted();
+          auto bytes = w.flat->view(-1).view(at::kByte);
+          link->send_version(*unpack(packed_manifest), &bytes, tamper);
           return true;
         } catch (const std::exception& e) {
           spdlog::warn("weight publisher: {}", e.what());
@@ -211,8 +192,8 @@ weight_publisher_actor::behavior_type publisher_behavior(publisher_pointer self,
       if (it->second.handle.address() != down.source)
         continue;
       auto name = it->first;
-      if (it->second.gloo_sender)
-        self->send_exit(it->second.gloo_sender, caf::exit_reason::user_shutdown);
+      if (it->second.bulk_sender)
+        self->send_exit(it->second.bulk_sender, caf::exit_reason::user_shutdown);
       st.subscribers.erase(it);
       spdlog::info("weight publisher: subscriber {} left ({})", name, describe(down.reason));
       weight_delivery lost;
@@ -263,8 +244,8 @@ weight_publisher_actor::behavior_type publisher_behavior(publisher_pointer self,
         if (auto old = st.subscribers.find(name); old != st.subscribers.end()) {
           // A restarted node under the same name: its old incarnation is gone.
           self->demonitor(old->second.handle);
-          if (old->second.gloo_sender)
-            self->send_exit(old->second.gloo_sender, caf::exit_reason::user_shutdown);
+          if (old->second.bulk_sender)
+            self->send_exit(old->second.bulk_sender, caf::exit_reason::user_shutdown);
           st.subscribers.erase(old);
         }
         subscriber_entry entry;
@@ -272,17 +253,27 @@ weight_publisher_actor::behavior_type publisher_behavior(publisher_pointer self,
         entry.local = handle.node() == self->node();
         self->monitor(handle);
         std::string link = entry.local ? "in-process" : "caf";
-        if (!entry.local && st.setup.backend == weight_backend::gloo && !st.gloo_failed) {
+        if (!entry.local && st.setup.backend != weight_backend::caf && !st.bulk_failed) {
           try {
-            if (!st.rendezvous)
-              st.rendezvous = std::make_shared<gloo_rendezvous>(st.setup.host, st.setup.timeout);
-            auto prefix = "areal/" + name + "/" + std::to_string(++st.links);
+            std::function<std::shared_ptr<bulk_link>()> open;
+            if (st.setup.backend == weight_backend::gloo) {
+              if (!st.rendezvous)
+                st.rendezvous = std::make_shared<gloo_rendezvous>(st.setup.host, st.setup.timeout);
+              auto prefix = "areal/" + name + "/" + std::to_string(++st.links);
+              open = [rendezvous = st.rendezvous, prefix, timeout = st.setup.timeout] {
+                return std::make_shared<gloo_link>(*rendezvous, prefix, timeout);
+              };
+              link = "gloo " + st.setup.host + ":" + std::to_string(st.rendezvous->port()) + " " + prefix;
+            } else {
+              auto id = nccl_unique_id();  // throws in a build without NCCL
+              open = [id, timeout = st.setup.timeout] { return make_nccl_link(id, 0, timeout); };
+              link = "nccl " + id;
+            }
             // Linked: it ends with the publisher (it ends itself normally on a link failure).
-            entry.gloo_sender = self->spawn<caf::detached + caf::linked>(gloo_sender, st.rendezvous, prefix,
-                                                                         st.setup.timeout, st.setup.tamper);
-            link = "gloo " + st.setup.host + ":" + std::to_string(st.rendezvous->port()) + " " + prefix;
+            entry.bulk_sender = self->spawn<caf::detached + caf::linked>(bulk_sender, open, st.setup.tamper);
           } catch (const std::exception& e) {
-            st.gloo_failed = true;
+            st.bulk_failed = true;
+            link = "caf";
             spdlog::warn("weight publisher: {}; weights travel as CAF messages", e.what());
           }
         }
@@ -319,13 +310,13 @@ weight_publisher_actor::behavior_type publisher_behavior(publisher_pointer self,
       [self](push_atom, std::string& name, int64_t version) -> caf::result<bool> {
         auto& st = self->state;
         auto it = st.subscribers.find(name);
-        if (it == st.subscribers.end() || !it->second.gloo_sender)
-          return caf::make_error(caf::sec::invalid_argument, "no Gloo link to " + name);
+        if (it == st.subscribers.end() || !it->second.bulk_sender)
+          return caf::make_error(caf::sec::invalid_argument, "no bulk link to " + name);
         auto* h = find_version(st, version);
         local_weights w = h ? h->weights : local_weights{version, nullptr};
         auto m = h ? h->packed_manifest : packed<weight_manifest>{};
         auto promise = self->make_response_promise<bool>();
-        self->request(it->second.gloo_sender, st.setup.timeout, push_atom::value, std::move(w), std::move(m))
+        self->request(it->second.bulk_sender, st.setup.timeout, push_atom::value, std::move(w), std::move(m))
             .then([promise](bool sent) mutable { promise.deliver(sent); },
                   [promise](caf::error& err) mutable { promise.deliver(std::move(err)); });
         return promise;
@@ -343,7 +334,7 @@ struct subscriber_state {
   std::optional<weight_manifest> announced;  // the newest announced version
   int64_t applied = -1;                      // the newest version handed to the sinks
   std::shared_ptr<const at::Tensor> last;    // its buffer (reused once the sinks let go of it)
-  std::unique_ptr<gloo_link> link;
+  std::unique_ptr<bulk_link> link;
   bool fetching = false;  // a CAF fetch is in progress
   bool subscribed = false;
 };
@@ -447,39 +438,17 @@ void request_chunks(subscriber_pointer self, std::shared_ptr<caf_transfer> t) {
     fetch_chunk(self, t, t->next++);
 }
 
-// Receives a version over the Gloo link (blocking this actor's thread);
-// damaged chunks are listed in `bad`. False when the link failed.
-bool receive_over_gloo(subscriber_pointer self, const weight_manifest& m, at::Tensor& buffer,
+// Receives a version over the bulk link (blocking this actor's thread);
+// damaged chunks are listed in `bad`. False when the link failed or the
+// version was replaced meanwhile.
+bool receive_over_link(subscriber_pointer self, const weight_manifest& m, at::Tensor& buffer,
                        std::vector<uint64_t>& bad) {
   auto& st = self->state;
   self->request(st.publisher, st.setup.timeout, push_atom::value, st.setup.node, m.version)
-      .then([](bool) {}, [self](caf::error& err) { spdlog::debug("weights: push request failed: {}", describe(err)); });
+      .then([](bool) {}, [](caf::error& err) { spdlog::debug("weights: push request failed: {}", describe(err)); });
   try {
-    auto header = at::empty({1}, at::kLong);
-    st.link->recv(header, header_tag);
-    if (header.item<int64_t>() != m.version)
-      return false;
-    // Every receive is posted at once; each chunk is checked while the later ones arrive.
-    auto count = m.chunk_count();
-    auto sums = at::empty({static_cast<int64_t>(count)}, at::kLong);
     auto bytes = buffer.view(at::kByte);
-    std::vector<at::Tensor> chunks, chunk_sums;
-    for (uint64_t i = 0; i < count; ++i) {
-      auto [first, size] = chunk_range(m, i);
-      chunks.push_back(bytes.narrow(0, static_cast<int64_t>(first), static_cast<int64_t>(size)));
-      chunk_sums.push_back(sums.narrow(0, static_cast<int64_t>(i), 1));
-      st.link->post_recv(chunks.back(), static_cast<int>(2 * i + 1));
-      st.link->post_recv(chunk_sums.back(), static_cast<int>(2 * i + 2));
-    }
-    for (uint64_t i = 0; i < count; ++i) {
-      st.link->wait(2 * i);
-      st.link->wait(2 * i + 1);
-      auto sum = static_cast<uint64_t>(sums.data_ptr<int64_t>()[i]);
-      if (!chunk_ok(m, i, bytes_of(chunks[i]), chunk_range(m, i).second, sum))
-        bad.push_back(i);
-    }
-    st.link->clear_posted();
-    return true;
+    return st.link->receive_version(m, bytes, bad);
   } catch (const std::exception& e) {
     spdlog::warn("weights: {}; fetching over CAF from now on", e.what());
     st.link.reset();
@@ -507,13 +476,14 @@ void start_version(subscriber_pointer self, const weight_manifest& m) {
   st.last.reset();
   if (st.link) {
     std::vector<uint64_t> bad;
-    if (receive_over_gloo(self, m, t->buffer, bad)) {
+    std::string backend = st.link->backend();
+    if (receive_over_link(self, m, t->buffer, bad)) {
       if (bad.empty()) {
-        deliver(self, m, t->buffer, "gloo", seconds_since(t->started), 0);
+        deliver(self, m, t->buffer, backend, seconds_since(t->started), 0);
         return;
       }
       // Damaged chunks are fetched again over CAF; the rest stays.
-      t->backend = "gloo";
+      t->backend = backend;
       t->next = m.chunk_count();
       t->received = m.chunk_count() - bad.size();
       st.fetching = true;
@@ -526,7 +496,7 @@ void start_version(subscriber_pointer self, const weight_manifest& m) {
       return;
     }
     if (!st.link) {
-      t->backend = "caf (after a Gloo failure)";
+      t->backend = "caf (after a " + backend + " failure)";
     } else {
       // The version was replaced before it could be sent: take the newest.
       self->send(self, fetch_atom::value);
@@ -563,17 +533,20 @@ weight_subscriber_actor::behavior_type subscriber_behavior(subscriber_pointer se
             std::istringstream words(link);
             std::string kind, endpoint, prefix;
             words >> kind >> endpoint >> prefix;
-            if (kind == "gloo" && s.setup.allow_gloo) {
-              auto colon = endpoint.rfind(':');
-              try {
+            try {
+              if (kind == "gloo" && s.setup.allow_bulk) {
+                auto colon = endpoint.rfind(':');
                 s.link = std::make_unique<gloo_link>(endpoint.substr(0, colon),
                                                      static_cast<uint16_t>(std::stoi(endpoint.substr(colon + 1))),
                                                      prefix, s.setup.device_host, s.setup.timeout);
-              } catch (const std::exception& e) {
-                spdlog::warn("weights: {}; fetching over CAF", e.what());
+              } else if (kind == "nccl" && s.setup.allow_bulk) {
+                s.link = make_nccl_link(endpoint, 1, s.setup.timeout);
               }
+            } catch (const std::exception& e) {
+              spdlog::warn("weights: {}; fetching over CAF", e.what());
             }
-            spdlog::info("weights: subscribed ({})", s.link ? "gloo link" : "CAF messages");
+            spdlog::info("weights: subscribed ({})",
+                         s.link ? std::string{s.link->backend()} + " link" : std::string{"CAF messages"});
             if (auto m = unpack(newest); m && m->version >= 0) {
               s.announced = *m;
               self->send(self, fetch_atom::value);

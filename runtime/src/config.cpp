@@ -225,8 +225,9 @@ const std::vector<section_spec>& schema() {
             std::string{"gloo"},
             -INFINITY,
             INFINITY,
-            {"gloo", "caf"},
-            "how new weights reach rollout nodes: gloo (a c10d Gloo link per node) or caf (chunk messages)"},
+            {"gloo", "caf", "nccl"},
+            "how new weights reach rollout nodes: gloo (a c10d Gloo link per node), nccl (a two-rank NCCL "
+            "communicator per node; GPU builds) or caf (chunk messages)"},
            {"weight_chunk_kb",
             kind::integer,
             int64_t{4096},

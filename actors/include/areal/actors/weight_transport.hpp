@@ -3,9 +3,12 @@
 // plane (manifest, requests, reports); the bytes go
 //   in-process  by pointer (the trainer's immutable snapshot),
 //   gloo        over a point-to-point c10d ProcessGroupGloo link per subscriber,
+//   nccl        over a two-rank NCCL communicator per subscriber, through GPU
+//               staging buffers (builds that found CUDA and NCCL; the unique id
+//               travels in the subscribe reply),
 //   caf         as chunk replies (the fallback, and the repair path of every backend).
-// Every version is chunked, and every chunk carries an XXH64 in the manifest:
-// the receiver checks each one and fetches a damaged chunk again (once; a
+// Every version is chunked, and every chunk travels with the XXH64 of its
+// bytes, computed by the sender as it sends: the receiver checks each one and fetches a damaged chunk again (once; a
 // second failure is reported). A subscriber that falls behind skips to the
 // newest version. The publisher's `publish` reply is the handle of a transfer:
 // it completes when every subscriber reported, with an error per subscriber
@@ -25,9 +28,11 @@
 
 namespace areal {
 
-enum class weight_backend : uint8_t { caf, gloo };
+enum class weight_backend : uint8_t { caf, gloo, nccl };
 const char* to_string(weight_backend x);
 std::optional<weight_backend> parse_weight_backend(const std::string& name);
+/// Whether this build and machine can use the backend (nccl: built with NCCL and a GPU present).
+bool weight_backend_available(weight_backend x);
 
 struct weight_publisher_setup {
   std::string name = "trainer";                   // this node, in reports and traces
@@ -50,7 +55,7 @@ struct weight_subscriber_setup {
   caf::actor listener;                    // optional: gets (weights_atom, int64_t version) after each version
   uint64_t expected_bytes = 0;            // the local model's buffer size; 0: accept any
   std::string device_host = "127.0.0.1";  // this node's address for the Gloo link
-  bool allow_gloo = true;                 // false: always fetch over CAF
+  bool allow_bulk = true;                 // false: always fetch over CAF, whatever link is offered
   std::chrono::milliseconds timeout{60000};
 };
 

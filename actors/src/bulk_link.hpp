@@ -1,0 +1,44 @@
+// A point-to-point link that moves one weight version in bulk between the
+// publisher's node and one subscriber: the version's header (the version sent,
+// or -1 when it is no longer held), then every chunk with the XXH64 of its
+// bytes, computed by the sender as it sends. Implemented over Gloo
+// (gloo_link.cpp) and NCCL (nccl_link.cpp, in builds that found CUDA and NCCL).
+// Blocking: each side runs on a thread of its own. A link that throws is broken.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "areal/messages/records.hpp"
+
+namespace at {
+class Tensor;
+}  // namespace at
+
+namespace areal {
+
+/// Test hook of the sender: may alter a chunk's bytes after its checksum was taken.
+using chunk_tamper = std::function<void(int64_t version, uint64_t chunk, std::string& bytes)>;
+
+/// Byte range (first, size) of chunk `i` of a version.
+inline std::pair<uint64_t, uint64_t> chunk_range(const weight_manifest& m, uint64_t i) {
+  auto size = m.chunk_bytes == 0 ? m.total_bytes : m.chunk_bytes;
+  auto first = i * size;
+  return {first, std::min(size, m.total_bytes - first)};
+}
+
+class bulk_link {
+ public:
+  virtual ~bulk_link() = default;
+  virtual const char* backend() const = 0;
+  /// Sends `m.version` from `bytes` (a contiguous byte tensor), or the header -1 when bytes is null.
+  virtual void send_version(const weight_manifest& m, const at::Tensor* bytes, const chunk_tamper& tamper) = 0;
+  /// Receives into `buffer` (m.total_bytes bytes). False when the sender sent another version
+  /// (the one asked for was replaced); damaged chunks are listed in `bad`.
+  virtual bool receive_version(const weight_manifest& m, at::Tensor& buffer, std::vector<uint64_t>& bad) = 0;
+};
+
+}  // namespace areal
