@@ -25,6 +25,6 @@ struct WeightManifest {
   tensors @2 :List(TensorEntry);
   totalBytes @3 :UInt64;           # size of the buffer the offsets point into
   checksum @4 :UInt64;             # XXH64 (seed 0) of the whole buffer; 0: not computed (in transit
-                                   # every chunk travels with its own XXH64, computed by the sender)
+                                   # every chunk travels with its own XXH3-64, computed by the sender)
   chunkBytes @5 :UInt64;           # the buffer travels in chunks of this size (the last may be shorter); 0: whole
 }

@@ -1,6 +1,6 @@
 // A point-to-point link that moves one weight version in bulk between the
 // publisher's node and one subscriber: the version's header (the version sent,
-// or -1 when it is no longer held), then every chunk with the XXH64 of its
+// or -1 when it is no longer held), then every chunk with the XXH3-64 of its
 // bytes, computed by the sender as it sends. Implemented over Gloo
 // (gloo_link.cpp) and NCCL (nccl_link.cpp, in builds that found CUDA and NCCL).
 // Blocking: each side runs on a thread of its own. A link that throws is broken.
@@ -19,6 +19,9 @@ class Tensor;
 }  // namespace at
 
 namespace areal {
+
+/// The checksum every chunk travels with: XXH3-64 of its bytes (chunk_checksum.cpp).
+uint64_t chunk_checksum(const void* data, size_t size);
 
 /// Test hook of the sender: may alter a chunk's bytes after its checksum was taken.
 using chunk_tamper = std::function<void(int64_t version, uint64_t chunk, std::string& bytes)>;

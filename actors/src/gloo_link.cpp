@@ -144,7 +144,7 @@ void gloo_link::send_version(const weight_manifest& m, const at::Tensor* bytes, 
   for (uint64_t i = 0; i < count; ++i) {
     auto [first, size] = chunk_range(m, i);
     auto chunk = bytes->narrow(0, static_cast<int64_t>(first), static_cast<int64_t>(size));
-    sum[i] = static_cast<int64_t>(checksum(chunk.data_ptr(), size));
+    sum[i] = static_cast<int64_t>(chunk_checksum(chunk.data_ptr(), size));
     if (tamper) {
       std::string copy(static_cast<const char*>(chunk.data_ptr()), size);
       tamper(m.version, i, copy);
@@ -180,7 +180,7 @@ bool gloo_link::receive_version(const weight_manifest& m, at::Tensor& buffer, st
     wait(2 * i);
     wait(2 * i + 1);
     auto size = chunk_range(m, i).second;
-    if (checksum(chunks[i].data_ptr(), size) != static_cast<uint64_t>(sums.data_ptr<int64_t>()[i]))
+    if (chunk_checksum(chunks[i].data_ptr(), size) != static_cast<uint64_t>(sums.data_ptr<int64_t>()[i]))
       bad.push_back(i);
   }
   clear_posted();

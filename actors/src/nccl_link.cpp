@@ -79,7 +79,7 @@ class nccl_link final : public bulk_link {
     auto* data = static_cast<const char*>(bytes->data_ptr());
     for (uint64_t i = 0; i < m.chunk_count(); ++i) {
       auto [first, size] = chunk_range(m, i);
-      uint64_t sum = checksum(data + first, size);
+      uint64_t sum = chunk_checksum(data + first, size);
       if (tamper) {
         std::string copy(data + first, size);
         tamper(m.version, i, copy);
@@ -102,7 +102,7 @@ class nccl_link final : public bulk_link {
       recv(data + first, size);
       uint64_t sum = 0;
       recv(&sum, sizeof(sum));
-      if (checksum(data + first, size) != sum)
+      if (chunk_checksum(data + first, size) != sum)
         bad.push_back(i);
     }
     return true;

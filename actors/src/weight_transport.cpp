@@ -301,7 +301,7 @@ weight_publisher_actor::behavior_type publisher_behavior(publisher_pointer self,
           return caf::make_error(caf::sec::invalid_argument, "no chunk " + std::to_string(chunk));
         auto [first, size] = chunk_range(h->manifest, chunk);
         auto* data = bytes_of(*h->weights.flat) + first;
-        auto sum = checksum(data, size);
+        auto sum = chunk_checksum(data, size);
         std::string bytes(data, size);
         if (st.setup.tamper)
           st.setup.tamper(version, chunk, bytes);
@@ -381,7 +381,7 @@ void deliver(subscriber_pointer self, const weight_manifest& m, at::Tensor buffe
 }
 
 bool chunk_ok(const weight_manifest& m, uint64_t i, const char* data, size_t size, uint64_t sum) {
-  return size == chunk_range(m, i).second && checksum(data, size) == sum;
+  return size == chunk_range(m, i).second && chunk_checksum(data, size) == sum;
 }
 
 void request_chunks(subscriber_pointer self, std::shared_ptr<caf_transfer> t);

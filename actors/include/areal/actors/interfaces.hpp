@@ -166,7 +166,7 @@ typename Inspector::result_type inspect(Inspector& f, weight_delivery& x) {
 
 /// The WEIGHT PUBLISHER (the trainer's node): bulk weight transport, sending
 /// side. Holds the newest versions; each is announced to every subscriber as a
-/// manifest (version, size, chunking); every chunk travels with the XXH64 of
+/// manifest (version, size, chunking); every chunk travels with the XXH3-64 of
 /// its bytes, computed by the sender as it sends. Subscribers in this
 /// process (rollout workers) get the buffer by pointer; remote ones (weight
 /// subscriber actors) fetch it over their bulk link (Gloo) or as CAF messages,
@@ -182,7 +182,7 @@ using weight_publisher_actor = caf::typed_actor<
     // (version -1 when nothing was published yet) and the bulk link offered to
     // it ("caf", or "gloo HOST:PORT PREFIX"); every later version is announced.
     caf::replies_to<subscribe_atom, std::string, caf::actor>::with<packed<weight_manifest>, std::string>,
-    // One chunk of a version still held (the newest two) and the XXH64 of its
+    // One chunk of a version still held (the newest two) and the XXH3-64 of its
     // bytes at the sender: the CAF path, and the repair path of every backend.
     // A version no longer held: weight_errc::gone.
     caf::replies_to<fetch_atom, int64_t, uint64_t>::with<uint64_t, std::string>,

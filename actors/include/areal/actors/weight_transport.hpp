@@ -7,7 +7,7 @@
 //               staging buffers (builds that found CUDA and NCCL; the unique id
 //               travels in the subscribe reply),
 //   caf         as chunk replies (the fallback, and the repair path of every backend).
-// Every version is chunked, and every chunk travels with the XXH64 of its
+// Every version is chunked, and every chunk travels with the XXH3-64 of its
 // bytes, computed by the sender as it sends: the receiver checks each one and fetches a damaged chunk again (once; a
 // second failure is reported). A subscriber that falls behind skips to the
 // newest version. The publisher's `publish` reply is the handle of a transfer:
