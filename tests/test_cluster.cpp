@@ -83,6 +83,14 @@ struct cluster {
       steps += m["event"] == "step";
     return steps;
   }
+
+  // Waits (bounded) until the run trained `steps` steps, or the head stopped.
+  bool wait_for_steps(int64_t steps, node_process& head) const {
+    auto deadline = std::chrono::steady_clock::now() + 120s;
+    while (steps_done() < steps && std::chrono::steady_clock::now() < deadline && head.running())
+      std::this_thread::sleep_for(50ms);
+    return steps_done() >= steps;
+  }
 };
 
 // Every trained batch within the staleness bound, no prompt trained twice;
@@ -189,11 +197,7 @@ TEST_CASE("a rollout node killed mid-run loses no sample and rejoins with the cu
   for (auto& n : nodes)
     procs.push_back(c.start(n, n));
   auto& head = *procs[0];
-  // Mid-run: some steps trained.
-  auto deadline = std::chrono::steady_clock::now() + 120s;
-  while (c.steps_done() < 6 && std::chrono::steady_clock::now() < deadline && head.running())
-    std::this_thread::sleep_for(50ms);
-  REQUIRE_MESSAGE(c.steps_done() >= 6, head.log());
+  REQUIRE_MESSAGE(c.wait_for_steps(6, head), head.log());  // mid-run
   procs[3]->kill(SIGKILL);
   CHECK(procs[3]->wait_exit(5s) == 128 + SIGKILL);
   CHECK_MESSAGE(head.wait_for("lost the rollout worker on node gen-b", 10s), head.log());
@@ -237,10 +241,7 @@ TEST_CASE("losing the head stops every node and the restarted run resumes from i
     for (auto& n : nodes)
       procs.push_back(c.start(n, n));
     auto& head = *procs[0];
-    auto deadline = std::chrono::steady_clock::now() + 120s;
-    while (c.steps_done() < 9 && std::chrono::steady_clock::now() < deadline && head.running())
-      std::this_thread::sleep_for(50ms);
-    REQUIRE_MESSAGE(c.steps_done() >= 9, head.log());
+    REQUIRE_MESSAGE(c.wait_for_steps(9, head), head.log());
     head.kill(SIGKILL);
     CHECK(head.wait_exit(5s) == 128 + SIGKILL);
     for (size_t i = 1; i < procs.size(); ++i) {

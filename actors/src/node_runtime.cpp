@@ -66,8 +66,8 @@ bool runs_whole_job(const run_config& config, const node_spec& node) {
 
 int run_node(const run_config& config, const node_spec& self_spec, const node_run_options& options) {
   // Stop signals are blocked in every thread (CAF's threads inherit this mask)
-  // and taken by one waiter thread, which asks the node to stop. SIGUSR1 only
-  // wakes the waiter when the node stopped by itself.
+  // and taken by one waiter thread, which stops the run or the node. SIGUSR1
+  // only wakes the waiter when the node stopped by itself.
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
@@ -75,65 +75,35 @@ int run_node(const run_config& config, const node_spec& self_spec, const node_ru
   sigaddset(&signals, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  exit_watchdog watchdog{std::chrono::seconds(4)};
-  int code = exit_failure;
-  if (runs_whole_job(config, self_spec)) {
-    // One process runs every role: the RL job, in-process.
-    std::atomic<bool> stop{false};
-    std::atomic<bool> finished{false};
-    std::thread signal_waiter([&] {
-      int sig = 0;
-      while (sigwait(&signals, &sig) == 0) {
-        if (finished.load())
-          return;
-        if (sig == SIGUSR1)
-          continue;
-        spdlog::info("received {}; stopping the run", sig == SIGINT ? "SIGINT" : "SIGTERM");
-        stop = true;
-      }
-    });
-    {
-      caf::actor_system_config cfg;
-      configure_actor_system(cfg, config.cluster);
-      caf::actor_system sys{cfg};
-      rl_job_options job;
-      job.config = config;
-      job.run_dir = options.run_dir;
-      job.resume = options.resume;
-      job.compute_threads = static_cast<int>(self_spec.compute_threads);
-      job.progress = options.progress;
-      code = run_rl_job(sys, job, stop).exit_code;
-      finished = true;
-      pthread_kill(signal_waiter.native_handle(), SIGUSR1);
-      signal_waiter.join();
-      watchdog.arm(code);
-    }  // the actor system shuts down here
-    spdlog::info("node exited with code {}", code);
-    return code;
-  }
-  // The controller node of a multi-node RL run runs the job; the others serve it.
-  bool runs_job = self_spec.has(role::controller) && !config.run.probe_only;
+  // One process with every role runs the whole job without a node actor; in a
+  // multi-node RL run the controller node runs the job and the others serve it.
+  bool whole = runs_whole_job(config, self_spec);
+  bool runs_job = whole || (self_spec.has(role::controller) && !config.run.probe_only);
   if (options.resume && !runs_job)
     spdlog::warn("--resume applies to the controller node; this node ignores it");
+  exit_watchdog watchdog{std::chrono::seconds(4)};
+  int code = exit_failure;
   {
     caf::actor_system_config cfg;
     configure_actor_system(cfg, config.cluster, uses_tls(config) ? self_spec.name : std::string{});
     caf::actor_system sys{cfg};
     caf::scoped_actor self{sys};
-    auto node = spawn_node(sys, node_setup{config, self_spec, caf::actor{self}});
-
-    if (self_spec.port != 0) {
-      auto port = uses_tls(config) ? caf::openssl::publish(node, self_spec.port, self_spec.host.c_str(), false)
-                                   : sys.middleman().publish(node, self_spec.port, self_spec.host.c_str(), false);
-      if (!port) {
-        spdlog::error(
-            "cannot listen on {}:{}: {}. Another process may use the port: stop it, or change the port of "
-            "node {} in {}",
-            self_spec.host, self_spec.port, sys.render(port.error()), self_spec.name, config.source);
-        self->send_exit(node, caf::exit_reason::user_shutdown);
-        return exit_bad_input;
+    node_actor node;
+    if (!whole) {
+      node = spawn_node(sys, node_setup{config, self_spec, caf::actor{self}});
+      if (self_spec.port != 0) {
+        auto port = uses_tls(config) ? caf::openssl::publish(node, self_spec.port, self_spec.host.c_str(), false)
+                                     : sys.middleman().publish(node, self_spec.port, self_spec.host.c_str(), false);
+        if (!port) {
+          spdlog::error(
+              "cannot listen on {}:{}: {}. Another process may use the port: stop it, or change the port of "
+              "node {} in {}",
+              self_spec.host, self_spec.port, sys.render(port.error()), self_spec.name, config.source);
+          self->send_exit(node, caf::exit_reason::user_shutdown);
+          return exit_bad_input;
+        }
+        spdlog::info("listening on {}:{}{}", self_spec.host, *port, uses_tls(config) ? " (mutual TLS)" : "");
       }
-      spdlog::info("listening on {}:{}{}", self_spec.host, *port, uses_tls(config) ? " (mutual TLS)" : "");
     }
 
     std::atomic<bool> stopping{false};
@@ -145,13 +115,13 @@ int run_node(const run_config& config, const node_spec& self_spec, const node_ru
           return;
         if (sig == SIGUSR1)
           continue;
-        auto why = std::string{sig == SIGINT ? "stopped by SIGINT" : "stopped by SIGTERM"};
+        auto name = sig == SIGINT ? "SIGINT" : "SIGTERM";
         if (runs_job) {
-          spdlog::info("received {}; stopping the run", sig == SIGINT ? "SIGINT" : "SIGTERM");
+          spdlog::info("received {}; stopping the run", name);
           stop_job = true;
         } else {
-          spdlog::info("received {}; stopping the node", sig == SIGINT ? "SIGINT" : "SIGTERM");
-          caf::anon_send(node, shutdown_atom::value, why);
+          spdlog::info("received {}; stopping the node", name);
+          caf::anon_send(node, shutdown_atom::value, std::string{"stopped by "} + name);
         }
       }
     });
@@ -167,10 +137,13 @@ int run_node(const run_config& config, const node_spec& self_spec, const node_ru
       job.self = self_spec;
       auto result = run_rl_job(sys, job, stop_job);
       code = result.exit_code;
-      // The node actor tells every peer that the run ended, then reports done.
-      caf::anon_send(node, shutdown_atom::value, result.why.empty() ? std::string{"run ended"} : result.why);
-      self->receive([&](done_atom, int32_t, std::string&) {},
-                    caf::after(std::chrono::seconds(10)) >> [] { spdlog::warn("peers did not confirm the run end"); });
+      if (node) {
+        // The node actor tells every peer that the run ended, then reports done.
+        caf::anon_send(node, shutdown_atom::value, result.why.empty() ? std::string{"run ended"} : result.why);
+        self->receive(
+            [&](done_atom, int32_t, std::string&) {},
+            caf::after(std::chrono::seconds(10)) >> [] { spdlog::warn("peers did not confirm the run end"); });
+      }
     } else {
       self->receive([&](done_atom, int32_t exit_code, std::string&) { code = exit_code; });
     }
@@ -179,7 +152,8 @@ int run_node(const run_config& config, const node_spec& self_spec, const node_ru
     pthread_kill(signal_waiter.native_handle(), SIGUSR1);
     signal_waiter.join();
     watchdog.arm(code);
-    self->send_exit(node, caf::exit_reason::user_shutdown);
+    if (node)
+      self->send_exit(node, caf::exit_reason::user_shutdown);
     node = nullptr;
   }  // the actor system shuts down here
   spdlog::info("node exited with code {}", code);
