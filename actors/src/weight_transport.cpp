@@ -579,7 +579,7 @@ weight_publisher_actor spawn_weight_publisher(caf::actor_system& sys, weight_pub
 }
 
 weight_subscriber_actor spawn_weight_subscriber(caf::actor_system& sys, weight_subscriber_setup setup) {
-  return sys.spawn<caf::detached>(subscriber_behavior, std::move(setup));
+  return sys.spawn(subscriber_behavior, std::move(setup));
 }
 
 }  // namespace areal

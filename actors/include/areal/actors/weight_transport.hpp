@@ -59,7 +59,10 @@ struct weight_subscriber_setup {
   std::chrono::milliseconds timeout{60000};
 };
 
-/// A detached actor (its Gloo receive blocks its own thread only).
+/// A scheduled actor: a bulk (Gloo, NCCL) receive blocks one scheduler thread
+/// for the transfer, bounded by `timeout`. Not detached on purpose: CAF 0.17
+/// does not let an actor system shut down while another node still holds a
+/// handle to one of its detached actors, which hung teardown under load.
 weight_subscriber_actor spawn_weight_subscriber(caf::actor_system& sys, weight_subscriber_setup setup);
 
 }  // namespace areal
