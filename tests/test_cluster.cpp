@@ -56,15 +56,26 @@ struct cluster {
     REQUIRE(certs.wait_exit(30s) == 0);
   }
 
-  std::unique_ptr<node_process> start(const std::string& node, const std::string& log_name) {
+  std::unique_ptr<node_process> start(const std::string& node, const std::string& log_name,
+                                      std::vector<std::string> extra = {}) {
     std::vector<std::string> args{"--config", AREAL_SOURCE_DIR "/configs/four_nodes.toml", "--node", node};
     for (auto& s : settings) {
       args.push_back("--set");
       args.push_back(s);
     }
+    args.insert(args.end(), extra.begin(), extra.end());
     auto p = std::make_unique<node_process>(args, dir.path / (log_name + ".log"), dir.path);
     REQUIRE(p->started());
     return p;
+  }
+
+  // Every node of the topology, the head first; logs NODE + suffix; `head_extra` for the head only.
+  std::vector<std::unique_ptr<node_process>> start_all(const std::string& suffix = {},
+                                                       std::vector<std::string> head_extra = {}) {
+    std::vector<std::unique_ptr<node_process>> procs;
+    for (auto& n : nodes)
+      procs.push_back(start(n, n + suffix, n == "head" ? head_extra : std::vector<std::string>{}));
+    return procs;
   }
 
   std::vector<nlohmann::json> metrics() const {
@@ -129,9 +140,7 @@ nlohmann::json summary(const cluster& c) {
 
 TEST_CASE("four processes run the RL job and it learns as on one node") {
   cluster c{"four", 24};
-  std::vector<std::unique_ptr<node_process>> procs;
-  for (auto& n : nodes)
-    procs.push_back(c.start(n, n));
+  auto procs = c.start_all();
   auto& head = *procs[0];
   REQUIRE_MESSAGE(head.wait_exit(150s) == 0, head.log());
   for (size_t i = 1; i < procs.size(); ++i)
@@ -193,9 +202,7 @@ TEST_CASE("four processes run the RL job and it learns as on one node") {
 
 TEST_CASE("a rollout node killed mid-run loses no sample and rejoins with the current weights") {
   cluster c{"sigkill-rollout", 40};
-  std::vector<std::unique_ptr<node_process>> procs;
-  for (auto& n : nodes)
-    procs.push_back(c.start(n, n));
+  auto procs = c.start_all();
   auto& head = *procs[0];
   REQUIRE_MESSAGE(c.wait_for_steps(6, head), head.log());  // mid-run
   procs[3]->kill(SIGKILL);
@@ -218,7 +225,6 @@ TEST_CASE("a rollout node killed mid-run loses no sample and rejoins with the cu
   CHECK(s["steps"] == 40);
   CHECK(s["admitted"].get<int64_t>() == s["trained"].get<int64_t>() + s["dropped"].get<int64_t>());
   // No sample was dropped for the lost node: its samples were generated again.
-  std::string end_line;
   for (auto& m : c.metrics())
     if (m["event"] == "end")
       for (auto& [reason, n] : m["drop_reasons"].items())
@@ -237,9 +243,7 @@ TEST_CASE("a rollout node killed mid-run loses no sample and rejoins with the cu
 TEST_CASE("losing the head stops every node and the restarted run resumes from its last checkpoint") {
   cluster c{"lost-head", 24};
   {
-    std::vector<std::unique_ptr<node_process>> procs;
-    for (auto& n : nodes)
-      procs.push_back(c.start(n, n));
+    auto procs = c.start_all();
     auto& head = *procs[0];
     REQUIRE_MESSAGE(c.wait_for_steps(9, head), head.log());
     head.kill(SIGKILL);
@@ -252,21 +256,7 @@ TEST_CASE("losing the head stops every node and the restarted run resumes from i
   // The last checkpoint (every 4 steps) is intact; the run resumes from it.
   auto checkpoint = c.dir.path / "runs/four-nodes/checkpoint";
   REQUIRE(std::filesystem::exists(checkpoint / "controller_state.json"));
-  std::vector<std::unique_ptr<node_process>> procs;
-  c.settings.push_back("run.hold_s=0");
-  for (auto& n : nodes) {
-    if (n == "head") {
-      std::vector<std::string> args{"--config", AREAL_SOURCE_DIR "/configs/four_nodes.toml", "--node", "head",
-                                    "--resume"};
-      for (auto& s : c.settings) {
-        args.push_back("--set");
-        args.push_back(s);
-      }
-      procs.push_back(std::make_unique<node_process>(args, c.dir.path / "head-again.log", c.dir.path));
-    } else {
-      procs.push_back(c.start(n, n + "-again"));
-    }
-  }
+  auto procs = c.start_all("-again", {"--resume"});
   auto& head = *procs[0];
   REQUIRE_MESSAGE(head.wait_exit(150s) == 0, head.log());
   for (size_t i = 1; i < procs.size(); ++i)

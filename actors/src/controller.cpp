@@ -8,6 +8,7 @@
 #include <deque>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
@@ -313,6 +314,22 @@ std::map<uint64_t, member>::iterator least_loaded(std::map<uint64_t, member>& me
                           [](auto& x, auto& y) { return x.second.load < y.second.load; });
 }
 
+// The work of request `id`, forgotten and its member's load released; nothing
+// when the request is already forgotten (its member was lost and the work
+// handed to another).
+template <class Work>
+std::optional<Work> take_request(std::map<uint64_t, std::pair<uint64_t, Work>>& requests,
+                                 std::map<uint64_t, member>& members, uint64_t id) {
+  auto it = requests.find(id);
+  if (it == requests.end())
+    return std::nullopt;
+  auto work = std::move(it->second.second);
+  if (auto m = members.find(it->second.first); m != members.end())
+    m->second.load--;
+  requests.erase(it);
+  return work;
+}
+
 void send_to_reward(controller_pointer self, reward_job job);
 
 // Sends waiting samples to the reward pools while some have room.
@@ -349,36 +366,24 @@ void send_to_reward(controller_pointer self, reward_job job) {
       .then(
           [self, id](packed<trajectory>& scored) {
             auto& cs = self->state;
-            auto it = cs.scoring.find(id);
-            if (it == cs.scoring.end())
-              return;  // its pool was lost and the sample sent elsewhere
-            auto group = it->second.second.group;
-            if (auto m = cs.rewards.find(it->second.first); m != cs.rewards.end())
-              m->second.load--;
-            cs.scoring.erase(it);
-            if (cs.finished)
-              return;
+            auto done = take_request(cs.scoring, cs.rewards, id);
+            if (!done || cs.finished)
+              return;  // forgotten: its pool was lost and the sample sent elsewhere
             drain_reward_backlog(self);
-            on_scored(self, scored, group);
+            on_scored(self, scored, done->group);
           },
           [self, id](caf::error& err) {
             auto& cs = self->state;
-            auto it = cs.scoring.find(id);
-            if (it == cs.scoring.end())
-              return;
-            auto refused = std::move(it->second.second);
-            if (auto m = cs.rewards.find(it->second.first); m != cs.rewards.end())
-              m->second.load--;
-            cs.scoring.erase(it);
-            if (cs.finished)
+            auto refused = take_request(cs.scoring, cs.rewards, id);
+            if (!refused || cs.finished)
               return;
             bool queue_full =
                 err.category() == caf::atom("reward") && err.code() == static_cast<uint8_t>(reward_errc::queue_full);
             if (queue_full && !cs.scoring.empty()) {
-              cs.reward_backlog.push_back(std::move(refused));
+              cs.reward_backlog.push_back(std::move(*refused));
               return;
             }
-            drop(self, refused.group, "reward service: " + describe(err));
+            drop(self, refused->group, "reward service: " + describe(err));
             fill(self);
           });
 }
@@ -427,36 +432,23 @@ void dispatch(controller_pointer self, queued_sample sample) {
   }
   auto id = state.next_request++;
   auto request = *pack(sample.request);
-  auto task = sample.task;
-  auto group = sample.request.group_id;
   state.generating.emplace(id, std::make_pair(worker_id, std::move(sample)));
   self->request(caf::actor_cast<rollout_actor>(worker->second.handle), state.setup.request_timeout, std::move(request))
       .then(
-          [self, id, task, group](packed<trajectory>& t, std::string& text) {
+          [self, id](packed<trajectory>& t, std::string& text) {
             auto& st = self->state;
-            auto it = st.generating.find(id);
-            if (it == st.generating.end())
-              return;  // its worker was lost and the sample queued again
-            if (auto m = st.rollouts.find(it->second.first); m != st.rollouts.end())
-              m->second.load--;
-            st.generating.erase(it);
-            if (st.finished)
-              return;
-            send_to_reward(self, {std::move(t), std::move(text), task, group});
+            auto done = take_request(st.generating, st.rollouts, id);
+            if (!done || st.finished)
+              return;  // forgotten: its worker was lost and the sample queued again
+            send_to_reward(self, {std::move(t), std::move(text), done->task, done->request.group_id});
             fill(self);
           },
           [self, id](caf::error& err) {
             auto& st = self->state;
-            auto it = st.generating.find(id);
-            if (it == st.generating.end())
+            auto failed = take_request(st.generating, st.rollouts, id);
+            if (!failed || st.finished)
               return;
-            auto failed = std::move(it->second.second);
-            if (auto m = st.rollouts.find(it->second.first); m != st.rollouts.end())
-              m->second.load--;
-            st.generating.erase(it);
-            if (st.finished)
-              return;
-            generate_again(self, std::move(failed), describe(err));
+            generate_again(self, std::move(*failed), describe(err));
             fill(self);
           });
 }

@@ -336,7 +336,6 @@ struct subscriber_state {
   std::shared_ptr<const at::Tensor> last;    // its buffer (reused once the sinks let go of it)
   std::unique_ptr<bulk_link> link;
   bool fetching = false;  // a CAF fetch is in progress
-  bool subscribed = false;
 };
 
 using subscriber_pointer = weight_subscriber_actor::stateful_pointer<subscriber_state>;
@@ -529,7 +528,6 @@ weight_subscriber_actor::behavior_type subscriber_behavior(subscriber_pointer se
       .then(
           [self](packed<weight_manifest>& newest, std::string& link) {
             auto& s = self->state;
-            s.subscribed = true;
             std::istringstream words(link);
             std::string kind, endpoint, prefix;
             words >> kind >> endpoint >> prefix;
