@@ -77,7 +77,7 @@ void group_buffer::settle(uint64_t group_id) {
     complete_.push_back(std::move(g.members));
   } else {
     dropped_[g.drop_reason] += static_cast<int64_t>(g.members.size()) + g.missing_dropped;
-    newly_dropped_.push_back({group_id, static_cast<int64_t>(g.members.size())});
+    newly_dropped_.push_back({group_id, static_cast<int64_t>(g.members.size()), g.drop_reason});
   }
   partial_.erase(it);
 }
@@ -91,7 +91,7 @@ std::optional<std::vector<trajectory>> group_buffer::take_batch(int64_t batch_si
         stale = stale || v < min_version;
     if (stale) {
       dropped_["staler than the bound"] += static_cast<int64_t>(it->size());
-      newly_dropped_.push_back({it->front().group_id, static_cast<int64_t>(it->size())});
+      newly_dropped_.push_back({it->front().group_id, static_cast<int64_t>(it->size()), "staler than the bound"});
       if (stale_dropped)
         *stale_dropped += static_cast<int64_t>(it->size());
       it = complete_.erase(it);

@@ -405,7 +405,7 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
   caf::scoped_actor self{sys};
   controller_setup cs;
   cs.source = training_source(c);
-  cs.tokenizer = m.tokenizer;
+  cs.encode = [tokenizer = m.tokenizer](const std::string& text) { return tokenizer->encode(text); };
   cs.group_size = rl.group_size;
   cs.batch_size = rl.batch_size;
   cs.eta = rl.effective_eta();

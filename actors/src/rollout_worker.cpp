@@ -84,6 +84,13 @@ void deliver(rollout_pointer self, kernels::generation_output& out) {
   t.producer = st.setup.name;
   t.timestamps.generation_start_ns = p.started_ns;
   t.timestamps.generation_end_ns = now_ns();
+  if (out.finish == finish_reason::aborted) {
+    // Never scored or trained: the controller generates it again.
+    p.promise.deliver(caf::make_error(caf::sec::runtime_error,
+                                      "rollout " + st.setup.name + ": the sequence was aborted by its engine"));
+    st.in_flight.erase(it);
+    return;
+  }
   std::string text = st.setup.tokenizer ? st.setup.tokenizer->decode(out.tokens, true) : std::string{};
   auto packed_t = pack(t);
   if (packed_t)

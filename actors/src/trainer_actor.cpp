@@ -2,7 +2,7 @@
 // batch, and a snapshot of the new weights for the rollout workers.
 #include "areal/actors/trainer_actor.hpp"
 
-#include "areal/actors/controller.hpp"
+#include "areal/actors/run_checkpoint.hpp"
 
 #include <ATen/Parallel.h>
 

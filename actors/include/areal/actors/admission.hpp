@@ -78,6 +78,7 @@ class group_buffer {
   struct closed_group {
     uint64_t group_id;
     int64_t delivered;
+    std::string reason;
   };
   /// The groups dropped since the last call.
   std::vector<closed_group> take_dropped_groups();

@@ -35,6 +35,7 @@ using trace_atom = caf::atom_constant<caf::atom("trace")>;
 using run_end_atom = caf::atom_constant<caf::atom("run_end")>;
 using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;
 using done_atom = caf::atom_constant<caf::atom("done")>;
+using ledger_atom = caf::atom_constant<caf::atom("ledger")>;
 
 /// The NODE actor interface: one per process, published on the node's port;
 /// the endpoint through which nodes meet.
@@ -228,6 +229,9 @@ typename Inspector::result_type inspect(Inspector& f, controller_stats& x) {
 using controller_actor = caf::typed_actor<
     // Its counters.
     caf::replies_to<stats_atom>::with<controller_stats>,
+    // The sample ledger, as JSON: [[group, index, stage, holder, attempts, step, reason], ...]
+    // in id order (sample_ledger.hpp); after the run ends every sample is trained or dropped.
+    caf::replies_to<ledger_atom>::with<std::string>,
     // Stop admitting work and end the run (the text says why).
     caf::reacts_to<shutdown_atom, std::string>,
     // A member joins the run (node name, role "rollout" or "reward", its actor):

@@ -1,0 +1,83 @@
+// The run's metrics: what a batch says about itself (lengths, accuracy,
+// staleness per trajectory and per token, producers), the window since the last
+// step (generated tokens, busy time of every trace track, weight transfers),
+// and the JSON lines of metrics.jsonl (step, eval, resume, end). No actor logic.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "areal/actors/interfaces.hpp"
+#include "areal/messages/records.hpp"
+#include "areal/runtime/trace.hpp"
+
+namespace areal {
+
+/// What the metrics line of a step says about its batch, taken when it is formed.
+struct batch_facts {
+  int64_t samples = 0;
+  int64_t tokens = 0;  // response tokens
+  double reward_mean = 0, accuracy = 0, response_tokens_mean = 0;
+  int64_t response_tokens_min = 0, response_tokens_max = 0;
+  // Versions behind the policy being trained: per trajectory (its oldest token) and per token.
+  double staleness_trajectory_mean = 0, staleness_token_mean = 0;
+  int64_t staleness_trajectory_max = 0, staleness_token_max = 0;
+  std::vector<int64_t> staleness_token_histogram;
+  std::map<std::string, std::pair<int64_t, int64_t>> producers;  // name -> (trajectories, oldest token version)
+  std::vector<uint64_t> prompt_positions;                        // of the batch's groups in the prompt stream
+};
+
+batch_facts describe_batch(const std::vector<trajectory>& batch, int64_t version);
+
+/// The run's counters at the end of a step, for its metrics line.
+struct step_counters {
+  int64_t step = 0;
+  int64_t admitted = 0, trained = 0, dropped = 0, running = 0, buffered = 0;
+  size_t rollout_workers = 0, reward_pools = 0;
+};
+
+class run_metrics {
+ public:
+  /// Appends to `path` (nothing is written when it is empty); `elapsed_before`:
+  /// seconds of the run before a resume.
+  run_metrics(const std::string& path, std::shared_ptr<tracer> trace, double elapsed_before, bool remote_weights);
+
+  /// Seconds of the run, resumed runs included.
+  double run_seconds() const;
+  /// Response tokens that reached the buffer.
+  void generated(int64_t tokens);
+  /// A weight transfer to another node took `seconds`, or failed.
+  void transferred(double seconds);
+  void transfer_failed();
+
+  /// The line of a training step; the window restarts.
+  void step(const batch_facts& batch, const train_report& report, const step_counters& counters);
+  void eval(int64_t version, double accuracy, double mean_tokens);
+  void resume(int64_t version, int64_t steps, uint64_t source_position, size_t requeued_groups);
+  void end(const std::string& why, const step_counters& counters, const std::map<std::string, int64_t>& drops,
+           const std::vector<std::string>& unfinished);
+
+ private:
+  void write(const std::string& line);
+
+  std::shared_ptr<tracer> trace_;
+  bool remote_weights_;
+  double elapsed_before_;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  // The window: since the previous step's line.
+  std::chrono::steady_clock::time_point window_start_ = started_;
+  int64_t window_generated_ = 0;
+  std::map<std::string, double> window_busy_;
+  double window_weight_sync_ = 0;
+  double window_transfer_s_ = 0;  // slowest remote weight transfer
+  int64_t window_transfer_errors_ = 0;
+  std::ofstream file_;
+};
+
+}  // namespace areal

@@ -1,0 +1,111 @@
+// The prompt stream (see prompt_stream.hpp).
+#include "areal/actors/prompt_stream.hpp"
+
+#include <stdexcept>
+
+namespace areal {
+
+uint64_t sample_seed(uint64_t run_seed, uint64_t group, uint32_t index) {
+  // (group, index) -> group * 2^32 + index is injective for groups below 2^32;
+  // adding a constant and the splitmix64 finalizer are bijections of 64 bits.
+  uint64_t z = (group << 32 | index) + run_seed * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+prompt_stream::prompt_stream(std::unique_ptr<tasks::task_source> source, encoder encode, int64_t group_size,
+                             sampling_params sampling, uint64_t seed)
+    : source_(std::move(source)),
+      encode_(std::move(encode)),
+      group_size_(group_size),
+      sampling_(std::move(sampling)),
+      seed_(seed) {
+  if (!source_ || !encode_ || group_size_ <= 0)
+    throw std::invalid_argument("prompt stream: a source, an encoder and a positive group size are needed");
+}
+
+void prompt_stream::restore(const stream_position& p) {
+  source_->restore(p.source_position);
+  requeue_.assign(p.requeue.begin(), p.requeue.end());
+  dropped_positions_ = p.dropped_positions;
+  next_group_ = p.next_group;
+}
+
+stream_position prompt_stream::position() const {
+  stream_position p;
+  p.source_position = source_->position();
+  p.requeue.assign(requeue_.begin(), requeue_.end());
+  for (auto& [group, position] : open_)  // by group id: the order they were started in
+    p.requeue.push_back(position);
+  p.dropped_positions = dropped_positions_;
+  p.next_group = next_group_;
+  return p;
+}
+
+bool prompt_stream::start_group() {
+  std::optional<tasks::task_item> item;
+  uint64_t position = 0;
+  if (!requeue_.empty()) {
+    auto resume_at = source_->position();
+    position = requeue_.front();
+    requeue_.pop_front();
+    source_->restore(position);
+    item = source_->next();
+    source_->restore(resume_at);
+  } else {
+    position = source_->position();
+    item = source_->next();
+  }
+  if (!item)
+    return false;
+  auto task = std::make_shared<const reward_task>(item->task);
+  auto ids = encode_(item->prompt);
+  auto group = next_group_++;
+  open_[group] = position;
+  for (int64_t k = 0; k < group_size_; ++k) {
+    stream_sample s;
+    s.request.prompt_id = item->id;
+    s.request.group_id = group;
+    s.request.sample_index = static_cast<uint32_t>(k);
+    s.request.prompt_tokens = ids;
+    s.request.sampling = sampling_;
+    s.request.seed = sample_seed(seed_, group, static_cast<uint32_t>(k));
+    s.task = task;
+    s.prompt_position = position;
+    pending_.push_back(std::move(s));
+  }
+  return true;
+}
+
+std::optional<stream_sample> prompt_stream::next() {
+  if (pending_.empty() && !start_group())
+    return std::nullopt;
+  auto s = std::move(pending_.front());
+  pending_.pop_front();
+  return s;
+}
+
+void prompt_stream::generate_again(stream_sample s) {
+  s.admitted = true;
+  pending_.push_front(std::move(s));
+}
+
+std::optional<uint64_t> prompt_stream::close_trained(uint64_t group) {
+  auto it = open_.find(group);
+  if (it == open_.end())
+    return std::nullopt;
+  auto position = it->second;
+  open_.erase(it);
+  return position;
+}
+
+void prompt_stream::close_dropped(uint64_t group) {
+  auto it = open_.find(group);
+  if (it == open_.end())
+    return;
+  dropped_positions_.push_back(it->second);
+  open_.erase(it);
+}
+
+}  // namespace areal

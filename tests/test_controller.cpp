@@ -1,0 +1,404 @@
+// The controller's protocol, deterministically: CAF's test coordinator runs
+// every actor on the test's thread, and fake rollout workers, reward pools and
+// trainers keep the test's own record of what they saw. Loss of a member,
+// retries, back-pressure, the end of the run, the staleness gate at the moment
+// of admission, and the ledger against the independent record.
+#include <doctest/doctest.h>
+
+#include <caf/all.hpp>
+
+#include <fstream>
+#include <map>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "areal/actors/controller.hpp"
+#include "node_process.hpp"
+
+using namespace areal;
+using areal::test::scratch_dir;
+
+namespace {
+
+using key = std::pair<uint64_t, uint32_t>;  // (group, index)
+
+// What the fakes saw: the test's own record, kept apart from the controller's ledger.
+struct record {
+  std::vector<generation_request> requests;  // every generation request, in arrival order
+  std::set<key> generated;                   // answered with a trajectory
+  std::vector<key> trained;                  // in the batches the trainer trained, in order
+  std::vector<int64_t> checkpoints;          // versions saved
+  int64_t version = 0;                       // the trainer's
+  int64_t reward_requests = 0;
+  bool done = false;
+  int32_t code = -1;
+  std::string why;
+};
+
+// How a fake rollout worker answers a request (the default: a trajectory at once).
+enum class answer { trajectory, fail, hold, aborted };
+
+struct rollout_behaviour {
+  std::function<answer(const generation_request&, int attempt)> decide = [](auto&, int) { return answer::trajectory; };
+};
+
+rollout_actor fake_rollout(caf::actor_system& sys, std::shared_ptr<record> rec, rollout_behaviour how) {
+  return sys.spawn([rec, how](rollout_actor::pointer self) -> rollout_actor::behavior_type {
+    auto attempts = std::make_shared<std::map<key, int>>();
+    auto held = std::make_shared<std::vector<caf::typed_response_promise<packed<trajectory>, std::string>>>();
+    return {
+        [=](packed<generation_request>& msg) -> caf::result<packed<trajectory>, std::string> {
+          auto r = *unpack(msg);
+          rec->requests.push_back(r);
+          key k{r.group_id, r.sample_index};
+          auto what = how.decide(r, ++(*attempts)[k]);
+          if (what == answer::fail)
+            return caf::make_error(caf::sec::runtime_error, "fake failure");
+          if (what == answer::hold) {
+            held->push_back(self->make_response_promise<packed<trajectory>, std::string>());
+            return held->back();
+          }
+          trajectory t;
+          t.prompt_id = r.prompt_id;
+          t.group_id = r.group_id;
+          t.sample_index = r.sample_index;
+          t.prompt_tokens = r.prompt_tokens;
+          t.output_tokens = {1, 2, 3};
+          t.behaviour_logprobs = {-0.5f, -0.5f, -0.5f};
+          t.token_versions = std::vector<int64_t>(3, r.admitted_version);
+          t.finish = what == answer::aborted ? finish_reason::aborted : finish_reason::stop;
+          t.producer = "fake";
+          rec->generated.insert(k);
+          return {*pack(t), std::string{"3"}};
+        },
+        [](local_weights&) {},
+        [](step_atom) {},
+    };
+  });
+}
+
+// A reward pool that refuses `refuse_every`-th request with queue_full (0: never).
+reward_pool_actor fake_reward(caf::actor_system& sys, std::shared_ptr<record> rec, int refuse_every) {
+  return sys.spawn([rec, refuse_every](reward_pool_actor::pointer) -> reward_pool_actor::behavior_type {
+    return {
+        [=](packed<trajectory>& msg, std::string&, packed<reward_task>&) -> caf::result<packed<trajectory>> {
+          auto n = ++rec->reward_requests;
+          if (refuse_every > 0 && n % refuse_every == 0)
+            return caf::make_error(reward_errc::queue_full);
+          auto t = *unpack(msg);
+          t.reward = t.sample_index % 2 == 0 ? 1.0f : 0.0f;
+          t.judged = t.reward > 0 ? verdict::correct : verdict::wrong;
+          return *pack(t);
+        },
+        [](stats_atom) { return reward_pool_stats{}; },
+    };
+  });
+}
+
+trainer_actor fake_trainer(caf::actor_system& sys, std::shared_ptr<record> rec) {
+  return sys.spawn([rec](trainer_actor::pointer) -> trainer_actor::behavior_type {
+    return {
+        [=](train_atom, std::vector<packed<trajectory>>& batch) -> caf::result<train_report, local_weights> {
+          train_report report;
+          for (auto& p : batch) {
+            auto t = *unpack(p);
+            rec->trained.emplace_back(t.group_id, t.sample_index);
+            for (auto v : t.token_versions)
+              report.max_staleness = std::max(report.max_staleness, rec->version - v);
+          }
+          report.version = ++rec->version;
+          report.samples = static_cast<int64_t>(batch.size());
+          return caf::result<train_report, local_weights>(report, local_weights{rec->version, nullptr});
+        },
+        [=](weights_atom) {
+          return local_weights{rec->version, nullptr};
+        },
+        [=](checkpoint_atom, std::string&, std::string&) {
+          rec->checkpoints.push_back(rec->version);
+          return rec->version;
+        },
+    };
+  });
+}
+
+caf::actor listener(caf::actor_system& sys, std::shared_ptr<record> rec) {
+  return sys.spawn([rec](caf::event_based_actor*) -> caf::behavior {
+    return {[rec](done_atom, int32_t code, std::string& why) {
+      rec->done = true;
+      rec->code = code;
+      rec->why = why;
+    }};
+  });
+}
+
+struct fixture {
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  caf::scheduler::test_coordinator* sched = nullptr;
+  std::shared_ptr<record> rec = std::make_shared<record>();
+  scratch_dir dir{"controller"};
+
+  fixture() {
+    cfg.add_message_types<caf::id_block::areal>();
+    cfg.set("scheduler.policy", caf::atom("testing"));
+    cfg.set("logger.file-verbosity", caf::atom("quiet"));
+    sys = std::make_unique<caf::actor_system>(cfg);
+    sched = &dynamic_cast<caf::scheduler::test_coordinator&>(sys->scheduler());
+  }
+
+  controller_setup setup(int64_t group_size, int64_t batch_size, int64_t eta, int64_t steps) {
+    controller_setup cs;
+    tasks::running_sum_options o;
+    o.seed = 3;
+    cs.source = tasks::running_sum_generator(o);
+    cs.encode = [](const std::string& text) { return std::vector<int32_t>(text.begin(), text.end()); };
+    cs.group_size = group_size;
+    cs.batch_size = batch_size;
+    cs.eta = eta;
+    cs.max_concurrent = 1000;
+    cs.rollout_slots = 1000;
+    cs.total_steps = steps;
+    cs.trainer = keep(fake_trainer(*sys, rec));
+    cs.metrics_path = (dir.path / "metrics.jsonl").string();
+    cs.checkpoint_dir = (dir.path / "checkpoint").string();
+    cs.request_timeout = std::chrono::hours(1);
+    cs.listener = keep(listener(*sys, rec));
+    return cs;
+  }
+
+  // Every actor the test spawned is stopped at its end, so that the actor system can shut down.
+  std::vector<caf::actor> spawned;
+  template <class Handle>
+  Handle keep(Handle h) {
+    spawned.push_back(caf::actor_cast<caf::actor>(h));
+    return h;
+  }
+  rollout_actor rollout(rollout_behaviour how = {}) { return keep(fake_rollout(*sys, rec, how)); }
+  reward_pool_actor reward(int refuse_every) { return keep(fake_reward(*sys, rec, refuse_every)); }
+  controller_actor controller(controller_setup cs) { return keep(spawn_controller(*sys, std::move(cs))); }
+  ~fixture() {
+    for (auto& a : spawned)
+      caf::anon_send_exit(a, caf::exit_reason::kill);
+    run();
+  }
+
+  // Runs every actor until nothing is left to do (bounded).
+  void run() {
+    for (int i = 0; i < 100 && sched->run() > 0; ++i) {
+    }
+  }
+
+  template <class T, class... Ts>
+  T ask(const controller_actor& controller, Ts... xs) {
+    auto out = std::make_shared<T>();
+    sys->spawn([=](caf::event_based_actor* self) {
+      self->request(controller, caf::infinite, xs...).then([=](T& x) { *out = x; });
+    });
+    run();
+    return *out;
+  }
+
+  // The ledger as (group, index) -> entry.
+  std::map<key, nlohmann::json> ledger(const controller_actor& controller) {
+    std::map<key, nlohmann::json> out;
+    for (auto& e : nlohmann::json::parse(ask<std::string>(controller, ledger_atom::value)))
+      out[{e[0].get<uint64_t>(), e[1].get<uint32_t>()}] = e;
+    return out;
+  }
+
+  nlohmann::json end_line() {
+    std::ifstream in(dir.path / "metrics.jsonl");
+    nlohmann::json end;
+    for (std::string line; std::getline(in, line);) {
+      auto j = nlohmann::json::parse(line);
+      if (j["event"] == "end")
+        end = j;
+    }
+    return end;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("the ledger agrees with the record the rollout side and the trainer kept") {
+  fixture f;
+  auto cs = f.setup(4, 8, 1, 6);
+  cs.rollouts = {f.rollout({})};
+  cs.reward = f.reward(0);
+  auto controller = f.controller(std::move(cs));
+  f.run();
+  REQUIRE(f.rec->done);
+  CHECK(f.rec->code == 0);
+  CHECK(f.rec->why == "run complete");
+  REQUIRE(f.rec->trained.size() == 6u * 8);
+  std::set<key> trained(f.rec->trained.begin(), f.rec->trained.end());
+  CHECK(trained.size() == f.rec->trained.size());  // no sample trained twice
+  std::set<key> seen;
+  for (auto& r : f.rec->requests)
+    seen.emplace(r.group_id, r.sample_index);
+  auto ledger = f.ledger(controller);
+  CHECK(ledger.size() == seen.size());  // every admitted sample reached a rollout worker, and no other
+  int64_t ledger_trained = 0;
+  for (auto& [k, e] : ledger) {
+    CHECK(seen.count(k) == 1);
+    bool was_trained = e[2] == "trained";
+    ledger_trained += was_trained;
+    CHECK_MESSAGE(was_trained == (trained.count(k) == 1), "sample " << k.second << " of group " << k.first);
+    if (!was_trained)
+      CHECK(e[2] == "dropped");  // at the end every sample is final
+  }
+  CHECK(ledger_trained == static_cast<int64_t>(trained.size()));
+  auto stats = f.ask<controller_stats>(controller, stats_atom::value);
+  CHECK(stats.trained == static_cast<int64_t>(trained.size()));
+  CHECK(stats.admitted == static_cast<int64_t>(seen.size()));
+  CHECK(f.rec->checkpoints == std::vector<int64_t>{6});  // the final checkpoint
+}
+
+TEST_CASE("every sample is admitted within the staleness bound at the moment of admission") {
+  for (int64_t eta : {0, 1, 3}) {
+    INFO("eta " << eta);
+    fixture f;
+    const int64_t batch = 8;
+    auto cs = f.setup(4, batch, eta, 10);
+    cs.rollouts = {f.rollout({})};  // one worker: its requests arrive in admission order
+    cs.reward = f.reward(0);
+    f.controller(std::move(cs));
+    f.run();
+    REQUIRE(f.rec->done);
+    int64_t i = 0;
+    std::set<key> admitted;
+    for (auto& r : f.rec->requests) {
+      if (!admitted.emplace(r.group_id, r.sample_index).second)
+        continue;  // generated again: admitted once
+      ++i;
+      CHECK_MESSAGE((i - 1) / batch <= r.admitted_version + eta,
+                    "the " << i << "-th admission at version " << r.admitted_version);
+    }
+    CHECK(i >= 10 * batch);
+  }
+}
+
+TEST_CASE("a sample that no member ever answers is reported where it is, not lost") {
+  fixture f;
+  auto cs = f.setup(4, 8, 1, 4);
+  rollout_behaviour swallow;
+  swallow.decide = [](const generation_request& r, int) {
+    return r.group_id == 0 && r.sample_index == 1 ? answer::hold : answer::trajectory;
+  };
+  cs.rollouts = {f.rollout(swallow)};
+  cs.reward = f.reward(0);
+  auto controller = f.controller(std::move(cs));
+  f.run();
+  REQUIRE(f.rec->done);
+  auto end = f.end_line();
+  REQUIRE_MESSAGE(end.contains("unfinished"), end.dump());
+  bool reported = false;
+  for (auto& u : end["unfinished"])
+    reported = reported || u.get<std::string>() == "sample 1 of group 0: generating at rollout-0 (1 attempt(s))";
+  CHECK_MESSAGE(reported, end.dump());
+  auto ledger = f.ledger(controller);
+  CHECK(ledger[{0, 1}][2] == "dropped");
+  CHECK(ledger[{0, 1}][6].get<std::string>().find("run ended before it was trained") == 0);
+  CHECK(ledger[{0, 0}][2] == "dropped");  // its group never completed
+}
+
+TEST_CASE("failed generations are retried, and dropped with the reason after three failures") {
+  fixture f;
+  auto cs = f.setup(4, 8, 1, 4);
+  rollout_behaviour flaky;
+  flaky.decide = [](const generation_request& r, int attempt) {
+    if (r.group_id == 2 && r.sample_index == 0)
+      return answer::fail;  // always
+    if (r.sample_index == 3 && attempt == 1)
+      return answer::fail;  // once
+    if (r.group_id == 1 && r.sample_index == 2 && attempt == 1)
+      return answer::aborted;  // an unfinished trajectory is never trained
+    return answer::trajectory;
+  };
+  cs.rollouts = {f.rollout(flaky)};
+  cs.reward = f.reward(0);
+  auto controller = f.controller(std::move(cs));
+  f.run();
+  REQUIRE(f.rec->done);
+  CHECK(f.rec->code == 0);
+  auto ledger = f.ledger(controller);
+  CHECK(ledger[{0, 3}][2] == "trained");
+  CHECK(ledger[{0, 3}][4] == 2);  // attempts
+  CHECK(ledger[{2, 0}][2] == "dropped");
+  CHECK(ledger[{2, 0}][4] == 3);
+  CHECK(ledger[{2, 0}][6].get<std::string>().find("fake failure (3 attempts)") != std::string::npos);
+  CHECK(ledger[{2, 1}][2] == "dropped");  // its group is dropped whole
+  CHECK(ledger[{2, 1}][6] == ledger[{2, 0}][6]);
+  CHECK(ledger[{1, 2}][2] == "dropped");
+  CHECK(ledger[{1, 2}][6].get<std::string>().find("aborted") != std::string::npos);
+  for (auto& k : f.rec->trained)
+    CHECK(k != key{1, 2});
+}
+
+TEST_CASE("a lost rollout worker's samples are generated by another, none twice") {
+  fixture f;
+  auto cs = f.setup(4, 8, 1, 4);
+  rollout_behaviour hold_all;
+  hold_all.decide = [](auto&, int) { return answer::hold; };
+  auto doomed = f.rollout(hold_all);
+  auto healthy = f.rollout({});
+  cs.rollouts = {doomed};
+  cs.reward = f.reward(0);
+  auto controller = f.controller(std::move(cs));
+  f.run();
+  CHECK(!f.rec->done);
+  auto held = f.rec->requests.size();
+  CHECK(held == 16);  // (eta + 1) * B admitted, all with the doomed worker
+  caf::anon_send(controller, join_atom::value, std::string{"node-b"}, std::string{"rollout"},
+                 caf::actor_cast<caf::actor>(healthy));
+  f.run();
+  CHECK(!f.rec->done);  // the doomed worker holds group 0..3: no group completes
+  caf::anon_send_exit(doomed, caf::exit_reason::kill);
+  f.run();
+  REQUIRE(f.rec->done);
+  CHECK(f.rec->code == 0);
+  std::set<key> trained(f.rec->trained.begin(), f.rec->trained.end());
+  CHECK(trained.size() == f.rec->trained.size());
+  CHECK(trained.size() == 4u * 8);
+  auto ledger = f.ledger(controller);
+  CHECK(ledger[{0, 0}][2] == "trained");
+  CHECK(ledger[{0, 0}][4] == 2);  // sent to the doomed worker, then to the healthy one
+}
+
+TEST_CASE("full reward queues delay samples and lose none") {
+  fixture f;
+  auto cs = f.setup(4, 8, 2, 5);
+  cs.rollouts = {f.rollout({})};
+  cs.reward = f.reward(3);  // every third request refused
+  auto controller = f.controller(std::move(cs));
+  f.run();
+  REQUIRE(f.rec->done);
+  CHECK(f.rec->code == 0);
+  CHECK(f.rec->trained.size() == 5u * 8);
+  CHECK(f.rec->reward_requests > static_cast<int64_t>(f.rec->generated.size()));  // some sent again
+  auto end = f.end_line();
+  for (auto& [reason, n] : end["drop_reasons"].items())
+    CHECK_MESSAGE(reason.find("reward service") == std::string::npos, reason);
+}
+
+TEST_CASE("a stop during a step ends the run after it, with a checkpoint, and every sample final") {
+  fixture f;
+  auto cs = f.setup(4, 8, 1, 50);
+  cs.rollouts = {f.rollout({})};
+  cs.reward = f.reward(0);
+  auto controller = f.controller(std::move(cs));
+  // Run until two steps were trained, then ask the run to stop.
+  for (int i = 0; i < 10000 && f.rec->trained.size() < 16; ++i)
+    f.sched->run_once();
+  caf::anon_send(controller, shutdown_atom::value, std::string{"stopped by a signal"});
+  f.run();
+  REQUIRE(f.rec->done);
+  CHECK(f.rec->code == 0);
+  CHECK(f.rec->why == "stopped by a signal");
+  REQUIRE(!f.rec->checkpoints.empty());
+  CHECK(f.rec->checkpoints.back() == f.rec->version);
+  CHECK(f.rec->version < 50);
+  for (auto& [k, e] : f.ledger(controller))
+    CHECK((e[2] == "trained" || e[2] == "dropped"));
+}
