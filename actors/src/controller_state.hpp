@@ -1,0 +1,75 @@
+// The controller's state and the functions its two source files share:
+// controller.cpp moves samples (admission, dispatch, retries, reward routing,
+// members joining and lost), controller_steps.cpp runs the course of the run
+// (training steps, weights, evaluations, checkpoints, the end). Internal.
+#pragma once
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <caf/all.hpp>
+
+#include "areal/actors/admission.hpp"
+#include "areal/actors/controller.hpp"
+#include "areal/actors/member_table.hpp"
+#include "areal/actors/run_metrics.hpp"
+#include "areal/actors/sample_ledger.hpp"
+
+namespace areal::controller_detail {
+
+// A generated sample on its way to a reward pool (kept while the pools' queues are full).
+struct reward_job {
+  packed<trajectory> t;
+  std::string text;
+  std::shared_ptr<const reward_task> task;
+  sample_id id;
+};
+
+// The run's course: admitting work, then draining (no more admissions; what
+// runs is trained), saving the final checkpoint, finished.
+enum class run_phase { admitting, draining, saving, finished };
+
+struct controller_state {
+  static inline const char* name = "areal.controller";
+  controller_setup setup;
+  std::unique_ptr<prompt_stream> stream;
+  std::unique_ptr<staleness_gate> gate;
+  std::unique_ptr<group_buffer> buffer;
+  std::unique_ptr<run_metrics> metrics;
+  sample_ledger ledger;
+  member_table<caf::actor, stream_sample> rollouts;
+  member_table<caf::actor, reward_job> rewards;
+  std::deque<reward_job> reward_backlog;  // waiting for a reward pool (full queues, or none joined)
+  run_phase phase = run_phase::admitting;
+  bool training = false, checkpointing = false, evaluating = false;
+  bool member_deadline_armed = false;
+  int32_t end_code = 0;
+  std::string end_why;          // set when an end was asked for (a stop, no rollout worker, the last step)
+  int64_t failures_in_row = 0;  // samples dropped since the last one that was scored
+  controller_stats stats;
+  controller_checkpoint before;  // the counters of the runs before a resume
+  int64_t generated_tokens = 0, trained_tokens = 0;
+  std::vector<sample_id> in_training;  // the batch of the step in flight
+};
+
+using controller_pointer = controller_actor::stateful_pointer<controller_state>;
+
+/// The counters of the stats reply, from the ledger (and the runs before a resume).
+void refresh_counts(controller_state& st);
+/// Closes the groups the buffer dropped (ledger, gate, stream).
+void settle_drops(controller_state& st);
+/// Admits and dispatches samples while capacity allows.
+void fill(controller_pointer self);
+/// Hands the trainer a batch when one is complete and no step is in flight.
+void try_train(controller_pointer self);
+/// Ends the run once no step or checkpoint is in flight: final checkpoint, then done.
+void end_run(controller_pointer self, int32_t code, const std::string& why);
+/// Ends the run now: every unfinished sample dropped with the reason, the end line, the listener told.
+void finish(controller_pointer self, int32_t code, const std::string& why);
+/// The ledger as JSON (the ledger_atom reply).
+std::string ledger_json(const sample_ledger& ledger);
+
+}  // namespace areal::controller_detail

@@ -1,0 +1,260 @@
+// The course of the run, for the controller (see controller_state.hpp):
+// batches to the trainer, each step's metrics and weights, evaluations,
+// checkpoints, and the end of the run with every sample accounted for.
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "areal/runtime/log.hpp"
+#include "controller_state.hpp"
+
+namespace areal::controller_detail {
+
+namespace {
+
+std::map<std::string, int64_t> all_drops(const controller_state& st) {
+  auto out = st.before.drop_reasons;
+  for (auto& [reason, n] : st.ledger.drop_reasons())
+    out[reason] += n;
+  return out;
+}
+
+step_counters counters(controller_state& st) {
+  refresh_counts(st);
+  return {st.stats.steps,     st.stats.admitted,  st.stats.trained,
+          st.stats.dropped,   st.gate->running(), st.buffer->ready_trajectories(),
+          st.rollouts.size(), st.rewards.size()};
+}
+
+controller_checkpoint checkpoint_record(controller_state& st) {
+  refresh_counts(st);
+  controller_checkpoint c;
+  c.version = st.gate->version();
+  c.steps = st.stats.steps;
+  c.trained = st.stats.trained;
+  c.drop_reasons = all_drops(st);
+  c.dropped = st.stats.dropped;
+  c.admitted = c.trained + c.dropped;
+  c.max_staleness = st.stats.max_staleness;
+  c.reward_mean_first = st.stats.reward_mean_first;
+  c.reward_mean_last = st.stats.reward_mean_last;
+  c.set_stream(st.stream->position());
+  c.generated_tokens = st.generated_tokens;
+  c.trained_tokens = st.trained_tokens;
+  c.elapsed_s = st.metrics->run_seconds();
+  return c;
+}
+
+// Saves the run (trainer state + this controller's record) at the current version.
+// `then` runs once the checkpoint is on disk (true) or failed (false).
+template <class F>
+void save_checkpoint(controller_pointer self, F then) {
+  auto& st = self->state;
+  if (st.setup.checkpoint_dir.empty()) {
+    then(true);
+    return;
+  }
+  st.checkpointing = true;
+  self->request(st.setup.trainer, caf::infinite, checkpoint_atom::value, st.setup.checkpoint_dir,
+                checkpoint_record(st).to_json())
+      .then(
+          [self, then](int64_t version) mutable {
+            self->state.checkpointing = false;
+            spdlog::info("checkpoint of version {} written to {}", version, self->state.setup.checkpoint_dir);
+            then(true);
+          },
+          [self, then](caf::error& err) mutable {
+            self->state.checkpointing = false;
+            spdlog::error("checkpoint failed: {}", describe(err));
+            then(false);
+          });
+}
+
+
+// An end was asked for while a step or a checkpoint was in flight: it happens now.
+bool end_if_asked(controller_pointer self) {
+  auto& st = self->state;
+  if (st.phase != run_phase::draining || st.end_why.empty())
+    return false;
+  end_run(self, st.end_code, st.end_why);
+  return true;
+}
+
+void request_evaluation(controller_pointer self, const local_weights& weights) {
+  auto& st = self->state;
+  if (!st.setup.evaluator || st.evaluating)
+    return;  // one at a time; a busy evaluator skips this version
+  st.evaluating = true;
+  self->request(st.setup.evaluator, caf::infinite, eval_atom::value, weights)
+      .then(
+          [self](int64_t version, double accuracy, double mean_tokens) {
+            self->state.evaluating = false;
+            self->state.metrics->eval(version, accuracy, mean_tokens);
+            spdlog::info("held-out accuracy of version {}: {:.1f}%", version, 100 * accuracy);
+          },
+          [self](caf::error& err) {
+            self->state.evaluating = false;
+            spdlog::warn("evaluation failed: {}", describe(err));
+          });
+}
+
+
+// New weights to every rollout worker: through the publisher when there is
+// one (local workers by pointer, remote nodes in bulk), else directly.
+void publish_weights(controller_pointer self, local_weights& weights) {
+  auto& st = self->state;
+  if (!st.setup.publisher) {
+    for (auto& r : st.rollouts.handles())
+      self->send(caf::actor_cast<rollout_actor>(r), weights);
+    return;
+  }
+  self->request(st.setup.publisher, st.setup.request_timeout, publish_atom::value, weights)
+      .then(
+          [self](std::vector<weight_delivery>& reports) {
+            for (auto& r : reports) {
+              if (!r.error.empty()) {
+                self->state.metrics->transfer_failed();
+                spdlog::warn("weights of version {} did not reach {}: {}", r.version, r.subscriber, r.error);
+              } else if (r.backend != "in-process") {
+                self->state.metrics->transferred(r.seconds);
+              }
+            }
+          },
+          [self](caf::error& err) {
+            self->state.metrics->transfer_failed();
+            spdlog::warn("publishing weights failed: {}", describe(err));
+          });
+}
+
+void on_trained(controller_pointer self, const train_report& report, local_weights& weights, const batch_facts& facts) {
+  auto& st = self->state;
+  st.training = false;
+  for (auto& id : st.in_training)
+    st.ledger.trained(id);
+  st.in_training.clear();
+  st.stats.steps++;
+  st.stats.version = report.version;
+  st.stats.max_staleness = std::max(st.stats.max_staleness, report.max_staleness);
+  if (st.stats.steps == 1)
+    st.stats.reward_mean_first = report.reward_mean;
+  st.stats.reward_mean_last = report.reward_mean;
+  st.trained_tokens += report.tokens;
+  st.gate->set_version(report.version);
+  publish_weights(self, weights);
+  st.metrics->step(facts, report, counters(st));
+  spdlog::debug("step {}/{}: version {}, reward {:.3f}, loss {:.4f}, staleness <= {}", st.stats.steps,
+                st.setup.total_steps, report.version, report.reward_mean, report.loss, report.max_staleness);
+
+  bool last = st.stats.steps >= st.setup.total_steps;
+  if (st.setup.eval_every > 0 && st.stats.steps % st.setup.eval_every == 0 && !last)
+    request_evaluation(self, weights);
+  if (last) {
+    end_run(self, 0, "run complete");
+    return;
+  }
+  if (end_if_asked(self))  // a stop arrived during the step
+    return;
+  if (st.setup.checkpoint_every > 0 && st.stats.steps % st.setup.checkpoint_every == 0)
+    save_checkpoint(self, [self](bool) {
+      if (!end_if_asked(self))
+        try_train(self);
+    });
+  else
+    try_train(self);
+  fill(self);
+}
+
+}  // namespace
+
+void refresh_counts(controller_state& st) {
+  st.stats.admitted = st.before.admitted + st.ledger.admitted();
+  st.stats.trained = st.before.trained + st.ledger.trained_count();
+  st.stats.dropped = st.before.dropped + st.ledger.dropped_count();
+}
+
+void finish(controller_pointer self, int32_t code, const std::string& why) {
+  auto& st = self->state;
+  if (st.phase == run_phase::finished)
+    return;
+  st.phase = run_phase::finished;
+  // Whatever was admitted and will not be trained is dropped with this reason;
+  // the end line says where each one was.
+  auto reason = st.setup.checkpoint_dir.empty() ? "run ended before it was trained"
+                                                : "run ended before it was trained (re-queued in the checkpoint)";
+  std::vector<std::string> unfinished;
+  for (auto& e : st.ledger.unaccounted()) {
+    if (unfinished.size() < 1000)
+      unfinished.push_back(to_string(e.id) + ": " + to_string(e.stage) + (e.holder.empty() ? "" : " at " + e.holder) +
+                           " (" + std::to_string(e.attempts) + " attempt(s))");
+    st.ledger.dropped(e.id, reason);
+  }
+  auto c = counters(st);
+  st.stats.running = 0;
+  st.stats.buffered = 0;
+  st.metrics->end(why, c, all_drops(st), unfinished);
+  spdlog::info("controller: {} ({} steps, {} samples trained, {} dropped)", why, st.stats.steps, st.stats.trained,
+               st.stats.dropped);
+  if (st.setup.listener)
+    caf::anon_send(st.setup.listener, done_atom::value, code, why);
+}
+
+
+// Ends the run once no training step or checkpoint is in flight: final checkpoint, then done.
+void end_run(controller_pointer self, int32_t code, const std::string& why) {
+  auto& st = self->state;
+  if (st.phase == run_phase::finished || st.phase == run_phase::saving)
+    return;
+  st.phase = run_phase::draining;
+  st.end_code = code;
+  st.end_why = why;
+  if (st.training || st.checkpointing)
+    return;  // the step's reply (or the checkpoint's) ends the run
+  st.phase = run_phase::saving;
+  save_checkpoint(self, [self](bool ok) {
+    auto& s = self->state;
+    finish(self, ok ? s.end_code : 1, ok ? s.end_why : s.end_why + "; the final checkpoint failed");
+  });
+}
+
+
+void try_train(controller_pointer self) {
+  auto& st = self->state;
+  if (st.training || st.checkpointing || st.phase == run_phase::saving || st.phase == run_phase::finished)
+    return;
+  // Trained now, the batch produces version v + 1 from version v: tokens older
+  // than v - eta would exceed the bound.
+  auto batch = st.buffer->take_batch(st.setup.batch_size, st.gate->version() - st.setup.eta);
+  settle_drops(st);
+  if (!batch) {
+    if (st.phase == run_phase::draining && st.gate->running() == 0 && !end_if_asked(self) && st.stream->waiting() == 0)
+      end_run(self, 0, "the prompt stream is exhausted");
+    return;
+  }
+  auto facts = describe_batch(*batch, st.gate->version());
+  std::vector<packed<trajectory>> packed_batch;
+  for (auto& t : *batch) {
+    sample_id id{t.group_id, t.sample_index};
+    st.ledger.batched(id, st.stats.steps + 1);
+    st.in_training.push_back(id);
+    if (auto position = st.stream->close_trained(t.group_id))
+      facts.prompt_positions.push_back(*position);
+    packed_batch.push_back(*pack(t));
+  }
+  st.training = true;
+  self->request(st.setup.trainer, caf::infinite, train_atom::value, std::move(packed_batch))
+      .then([self, facts](train_report& report, local_weights& weights) { on_trained(self, report, weights, facts); },
+            [self](caf::error& err) {
+              self->state.training = false;
+              finish(self, 1, "the trainer failed: " + describe(err));
+            });
+}
+
+
+std::string ledger_json(const sample_ledger& ledger) {
+  auto out = nlohmann::json::array();
+  for (auto& e : ledger.entries())
+    out.push_back({e.id.group, e.id.index, to_string(e.stage), e.holder, e.attempts, e.step, e.reason});
+  return out.dump();
+}
+
+}  // namespace areal::controller_detail
