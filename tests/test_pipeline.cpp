@@ -206,3 +206,46 @@ TEST_CASE("a run whose every sample fails stops with a reason instead of running
   CHECK(result.stats.trained == 0);
   CHECK(result.stats.admitted == result.stats.dropped);
 }
+
+TEST_CASE("an actor of the job that stops ends the run with its reason, and the checkpoint is written") {
+  for (std::string victim : {"the reward pool", "the controller"}) {
+    INFO("stopping " << victim);
+    scratch_dir dir{"victim"};
+    auto config = load(job_config("async", 1, 200), {"sft.steps=10", "eval.prompts=0"});
+    std::atomic<bool> stop{false};
+    std::thread killer;
+    rl_job_options o;
+    o.config = config;
+    o.run_dir = dir.path;
+    o.compute_threads = 2;
+    o.progress = false;
+    o.on_started = [&](const rl_job_actors& actors) {
+      caf::actor target = victim == "the controller" ? caf::actor_cast<caf::actor>(actors.controller)
+                                                     : caf::actor_cast<caf::actor>(actors.reward);
+      killer = std::thread([target, &dir] {
+        // Once two steps were trained (bounded wait), the actor is killed.
+        for (int i = 0; i < 1200; ++i) {
+          std::this_thread::sleep_for(50ms);
+          int64_t steps = 0;
+          std::ifstream in(dir.path / "metrics.jsonl");
+          for (std::string line; std::getline(in, line);)
+            steps += line.find("\"event\":\"step\"") != std::string::npos;
+          if (steps >= 2)
+            break;
+        }
+        caf::anon_send_exit(target, caf::exit_reason::kill);
+      });
+    };
+    auto result = run_rl_job(o, stop);
+    killer.join();
+    CHECK(result.exit_code == 1);
+    CHECK_MESSAGE(result.why.find(victim + " stopped") == 0, result.why);
+    CHECK(result.stats.steps < 200);
+    if (victim == "the reward pool") {
+      // The controller ended the run: its final checkpoint is on disk, at the version trained.
+      auto saved = controller_checkpoint::load((dir.path / "checkpoint").string());
+      CHECK(saved.steps >= 2);
+      CHECK(saved.version == saved.steps);
+    }
+  }
+}

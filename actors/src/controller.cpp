@@ -331,6 +331,7 @@ controller_actor spawn_controller(caf::actor_system& sys, controller_setup setup
         },
         [self](ledger_atom) { return ledger_json(self->state.ledger); },
         [self](shutdown_atom, std::string& why) { end_run(self, 0, why); },
+        [self](shutdown_atom, int32_t code, std::string& why) { end_run(self, code, why); },
         [self](join_atom, std::string& node, std::string& role, caf::actor& handle) {
           on_join(self, node, role, handle);
         },

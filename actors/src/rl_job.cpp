@@ -1,14 +1,13 @@
-// The single-node RL job (see rl_job.hpp).
+// The RL job on the controller's node (see rl_job.hpp): the warm start, the
+// pipeline of actors, the loop that watches them, the final evaluation and
+// the run's outputs.
 #include "areal/actors/rl_job.hpp"
-
-#include <unistd.h>
 
 #include <ATen/Parallel.h>
 
 #include <chrono>
-#include <cstdio>
 #include <fstream>
-#include <set>
+#include <map>
 #include <sstream>
 
 #include <caf/all.hpp>
@@ -24,255 +23,13 @@
 #include "areal/kernels/model_config.hpp"
 #include "areal/kernels/trainer.hpp"
 #include "areal/runtime/log.hpp"
+#include "job_parts.hpp"
 
 namespace fs = std::filesystem;
 
 namespace areal {
 
-namespace {
-
-using clock_type = std::chrono::steady_clock;
-
-double seconds_since(clock_type::time_point t) {
-  return std::chrono::duration<double>(clock_type::now() - t).count();
-}
-
-// Why the job cannot start; the text says what to do.
-struct job_error : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-// -- data ---------------------------------------------------------------------
-
-tasks::running_sum_options sum_options(const task_spec& t, uint64_t seed) {
-  tasks::running_sum_options o;
-  o.seed = seed;
-  o.max_value = static_cast<int>(t.max_value);
-  o.median_terms = t.median_terms;
-  o.max_terms = static_cast<int>(t.max_terms);
-  return o;
-}
-
-// Three disjoint random streams of one seed: RL prompts, SFT demonstrations, held-out prompts.
-uint64_t stream_seed(uint64_t seed, uint64_t stream) {
-  return seed * 0x9E3779B97F4A7C15ull + stream;
-}
-
-std::unique_ptr<tasks::task_source> training_source(const run_config& c) {
-  if (c.task.kind == "jsonl") {
-    auto source = tasks::jsonl_source(c.task.train_path);
-    if (c.task.eval_path.empty())
-      source->restore(static_cast<uint64_t>(c.eval.prompts));  // the first items are held out
-    return source;
-  }
-  return tasks::running_sum_generator(sum_options(c.task, stream_seed(c.run.seed, 1)));
-}
-
-std::unique_ptr<tasks::task_source> demonstration_source(const run_config& c) {
-  if (c.task.kind == "jsonl")
-    return training_source(c);
-  auto o = sum_options(c.task, stream_seed(c.run.seed, 2));
-  o.truncated_fraction = c.task.truncated_fraction;
-  return tasks::running_sum_generator(o);
-}
-
-std::vector<tasks::task_item> held_out_items(const run_config& c) {
-  std::unique_ptr<tasks::task_source> source;
-  if (c.task.kind == "jsonl")
-    source = tasks::jsonl_source(c.task.eval_path.empty() ? c.task.train_path : c.task.eval_path);
-  else
-    source = tasks::running_sum_generator(sum_options(c.task, stream_seed(c.run.seed, 3)));
-  std::vector<tasks::task_item> items;
-  while (static_cast<int64_t>(items.size()) < c.eval.prompts) {
-    auto item = source->next();
-    if (!item)
-      break;
-    items.push_back(std::move(*item));
-  }
-  return items;
-}
-
-// The characters of every prompt and solution (for a character-level tokenizer of JSONL data).
-std::string alphabet_of(const run_config& c) {
-  if (c.task.kind != "jsonl")
-    return tasks::running_sum_alphabet();
-  std::set<char> chars;
-  for (auto* path : {&c.task.train_path, &c.task.eval_path}) {
-    if (path->empty())
-      continue;
-    auto source = tasks::jsonl_source(*path);
-    while (auto item = source->next())
-      for (auto* text : {&item->prompt, &item->worked_solution})
-        chars.insert(text->begin(), text->end());
-  }
-  return std::string(chars.begin(), chars.end());
-}
-
-// -- model --------------------------------------------------------------------
-
-struct model_parts {
-  std::shared_ptr<const kernels::tokenizer> tokenizer;
-  kernels::model_config config;
-  std::shared_ptr<kernels::policy_model> policy;
-  int32_t eos = 0;
-};
-
-model_parts make_model(const run_config& c) {
-  model_parts m;
-  if (!c.model.path.empty()) {
-    auto tokenizer_file = fs::path{c.model.path} / "tokenizer.json";
-    if (!fs::exists(tokenizer_file))
-      throw job_error(c.model.path +
-                      ": no tokenizer.json; a model directory needs config.json, weights and "
-                      "tokenizer.json");
-    m.tokenizer = std::make_shared<const kernels::tokenizer>(kernels::tokenizer::load(tokenizer_file.string()));
-    m.policy = std::make_shared<kernels::policy_model>(kernels::policy_model::load(c.model.path));
-    m.config = m.policy->config();
-  } else {
-    m.tokenizer = std::make_shared<const kernels::tokenizer>(
-        kernels::tokenizer::character_level(alphabet_of(c), {"<unk>", "<eos>"}));
-    m.config = kernels::preset(c.model.preset, m.tokenizer->vocab_size());
-    m.config.max_position_embeddings = 1024;
-    m.policy = std::make_shared<kernels::policy_model>(m.config);
-    m.policy->init_random(stream_seed(c.run.seed, 4));
-  }
-  for (auto name : {"<eos>", "<|endoftext|>", "</s>", "<|im_end|>"})
-    if (auto id = m.tokenizer->token_id(name)) {
-      m.eos = *id;
-      return m;
-    }
-  throw job_error("the tokenizer has no end-of-sequence token (<eos>, <|endoftext|>, </s> or <|im_end|>)");
-}
-
-// -- the progress line --------------------------------------------------------
-
-std::string duration_text(double seconds) {
-  auto s = static_cast<int64_t>(seconds + 0.5);
-  std::ostringstream os;
-  if (s >= 3600)
-    os << s / 3600 << "h" << (s % 3600) / 60 << "m";
-  else if (s >= 60)
-    os << s / 60 << "m" << s % 60 << "s";
-  else
-    os << s << "s";
-  return os.str();
-}
-
-class progress_line {
- public:
-  explicit progress_line(bool enabled) : enabled_(enabled), tty_(isatty(STDERR_FILENO) != 0) {}
-
-  void show(const std::string& text) {
-    if (!enabled_)
-      return;
-    if (tty_) {
-      std::fprintf(stderr, "\r\033[K%s", text.c_str());
-      std::fflush(stderr);
-      open_ = true;
-    } else if (seconds_since(last_) >= 10) {  // a log, not a terminal: one line now and then
-      std::fprintf(stderr, "%s\n", text.c_str());
-      last_ = clock_type::now();
-    }
-  }
-  void close() {
-    if (open_)
-      std::fprintf(stderr, "\n");
-    open_ = false;
-  }
-
- private:
-  bool enabled_, tty_, open_ = false;
-  clock_type::time_point last_ = clock_type::now();
-};
-
-// -- supervised warm start ----------------------------------------------------
-
-bool warm_start(const run_config& c, model_parts& m, const std::atomic<bool>& stop, progress_line& progress) {
-  kernels::trainer_config tc;
-  tc.optimizer.lr = c.sft.lr;
-  tc.optimizer.warmup_steps = c.sft.warmup_steps;
-  tc.optimizer.schedule = "cosine";
-  tc.optimizer.total_steps = c.sft.steps;
-  tc.optimizer.min_lr_ratio = 0.1;
-  tc.seed = stream_seed(c.run.seed, 5);
-  kernels::trainer sft(*m.policy, tc);
-  auto source = demonstration_source(c);
-  auto start = clock_type::now();
-  double loss = 0;
-  for (int64_t step = 0; step < c.sft.steps; ++step) {
-    if (stop.load())
-      return false;
-    std::vector<kernels::sft_sample> batch;
-    while (static_cast<int64_t>(batch.size()) < c.sft.batch_size) {
-      auto item = source->next();
-      if (!item) {
-        source->restore(0);  // a finite dataset: another epoch
-        continue;
-      }
-      if (item->worked_solution.empty() && c.task.kind == "jsonl")
-        continue;  // an item without a demonstration (a truncated running sum is one: it stops at once)
-      kernels::sft_sample s;
-      s.prompt = m.tokenizer->encode(item->prompt);
-      s.response = m.tokenizer->encode(item->worked_solution);
-      s.response.push_back(m.eos);
-      batch.push_back(std::move(s));
-    }
-    loss = sft.sft_update(batch).loss;
-    auto elapsed = seconds_since(start);
-    progress.show("warm start (SFT) step " + std::to_string(step + 1) + "/" + std::to_string(c.sft.steps) + " | loss " +
-                  std::to_string(loss).substr(0, 6) + " | ETA " +
-                  duration_text(elapsed / static_cast<double>(step + 1) * static_cast<double>(c.sft.steps - step - 1)));
-  }
-  progress.close();
-  spdlog::info("warm start: {} SFT steps in {:.1f} s, final loss {:.4f}", c.sft.steps, seconds_since(start), loss);
-  m.policy->set_trainable(false);
-  return true;
-}
-
-std::shared_ptr<eval_set> make_eval_set(const run_config& c, const model_parts& m) {
-  auto set = std::make_shared<eval_set>();
-  for (auto& item : held_out_items(c)) {
-    set->prompts.push_back(m.tokenizer->encode(item.prompt));
-    set->tasks.push_back(item.task);
-    set->difficulty.push_back(
-        c.task.kind == "jsonl" ? 0 : static_cast<int64_t>(std::count(item.prompt.begin(), item.prompt.end(), '+')) + 1);
-  }
-  return set;
-}
-
-std::string by_difficulty_text(const eval_result& r) {
-  std::string out;
-  for (auto& [terms, counts] : r.by_difficulty)
-    out += (out.empty() ? "" : ", ") + std::to_string(terms) + " terms " + std::to_string(counts.first) + "/" +
-           std::to_string(counts.second);
-  return out;
-}
-
-int64_t max_sequence(const model_parts& m) {
-  return std::min<int64_t>(m.config.max_position_embeddings, 1024);
-}
-
-std::vector<rollout_actor> spawn_rollout_workers(caf::actor_system& sys, const run_config& c, const model_parts& m,
-                                                 std::shared_ptr<compute_share> share, std::shared_ptr<tracer> trace,
-                                                 int64_t initial_version, const std::string& prefix) {
-  std::vector<rollout_actor> rollouts;
-  for (int64_t i = 0; i < c.rl.rollout_workers; ++i) {
-    auto copy = std::make_shared<kernels::policy_model>(m.config);
-    copy->flat().copy_(m.policy->flat());
-    rollout_setup rs;
-    rs.name = prefix + std::to_string(i);
-    rs.model = copy;
-    rs.tokenizer = m.tokenizer;
-    rs.engine = {c.rl.rollout_slots, max_sequence(m), 512, true};
-    rs.initial_version = initial_version;
-    rs.share = share;
-    rs.trace = trace;
-    rollouts.push_back(spawn_rollout(sys, rs));
-  }
-  return rollouts;
-}
-
-}  // namespace
+using namespace job;
 
 rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, const std::atomic<bool>& stop) {
   rl_job_result result;
@@ -441,6 +198,27 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
     spdlog::info("RL: taking rollout workers and reward pools from the other nodes as they join");
   }
 
+  // Every actor this job spawned is watched: one that dies ends the run
+  // (with the controller's checkpoint, when the trainer can still write it).
+  std::map<caf::actor_addr, std::string> watched;
+  auto watch = [&](const auto& handle, const std::string& name) {
+    if (!handle)
+      return;
+    self->monitor(handle);
+    watched[handle.address()] = name;
+  };
+  watch(controller, "the controller");
+  watch(trainer, "the trainer");
+  watch(reward, "the reward pool");
+  watch(publisher, "the weight publisher");
+  watch(evaluator, "the evaluator");
+  for (size_t i = 0; i < rollouts.size(); ++i)
+    watch(rollouts[i], "rollout worker " + std::to_string(i));
+  if (options.on_started)
+    options.on_started(rl_job_actors{controller, trainer, reward, rollouts, evaluator, publisher});
+  std::string lost;                   // why an actor of the job stopped
+  clock_type::time_point lost_at;
+
   auto rl_start = clock_type::now();
   auto steps_at_start = resume ? resume->steps : 0;
   bool done = false, stop_sent = false;
@@ -449,10 +227,32 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
         [&](done_atom, int32_t code, std::string& why) {
           done = true;
           result.exit_code = code;
-          result.why = why;
+          result.why = lost.empty() ? why : lost + "; " + why;
+        },
+        [&](caf::down_msg& down) {
+          auto it = watched.find(down.source);
+          if (it == watched.end() || !lost.empty())
+            return;
+          lost = it->second + " stopped (" + describe(down.reason) + ")";
+          lost_at = clock_type::now();
+          progress.close();
+          spdlog::error("{}: ending the run", lost);
+          if (down.source == controller.address()) {
+            done = true;
+            result.exit_code = 1;
+            result.why = lost;
+          } else {
+            self->send(controller, shutdown_atom::value, int32_t{1}, lost);
+          }
         },
         caf::after(std::chrono::milliseconds(250)) >>
             [&] {
+              if (!lost.empty() && seconds_since(lost_at) > 30) {
+                done = true;  // the controller did not end the run in time
+                result.exit_code = 1;
+                result.why = lost + "; the controller did not end the run within 30 s";
+                return;
+              }
               if (stop.load() && !stop_sent) {
                 stop_sent = true;
                 progress.close();
@@ -583,129 +383,6 @@ rl_job_result run_rl_job(const rl_job_options& options, const std::atomic<bool>&
   configure_actor_system(cfg, options.config.cluster);
   caf::actor_system sys{cfg};
   return run_rl_job(sys, options, stop);
-}
-
-}  // namespace areal
-
-namespace areal {
-
-namespace {
-
-struct members_state {
-  static inline const char* name = "areal.node_members";
-  std::string node;
-  node_actor head;  // the controller node's node actor
-  std::vector<rollout_actor> rollouts;
-  uint64_t model_bytes = 0;
-  std::string host;
-  bool bulk = true;  // take the bulk link the publisher offers (Gloo, NCCL)
-  std::chrono::milliseconds transfer_timeout{60000};
-  caf::actor subscriber;
-  bool rollouts_joined = false;
-};
-
-using members_pointer = caf::stateful_actor<members_state>*;
-
-constexpr auto retry_interval = std::chrono::seconds(1);
-
-// Hands one member to the run; the controller node answers not_ready until
-// its job runs (the warm start comes first), so this asks again until then.
-void join_run(members_pointer self, const std::string& role, const caf::actor& member) {
-  self->request(self->state.head, std::chrono::seconds(10), join_atom::value, role, member)
-      .then(
-          [role](bool) {
-            spdlog::info("{} joined the run", role == "rollout" ? "a rollout worker" : "the reward pool");
-          },
-          [self, role, member](caf::error& err) {
-            if (err != node_errc::not_ready)
-              spdlog::warn("joining the run failed ({}); trying again", describe(err));
-            self->delayed_send(self, retry_interval, join_atom::value, role, member);
-          });
-}
-
-void subscribe_to_weights(members_pointer self) {
-  self->request(self->state.head, std::chrono::seconds(10), publisher_atom::value)
-      .then(
-          [self](caf::actor& publisher) {
-            auto& st = self->state;
-            weight_subscriber_setup ws;
-            ws.node = st.node;
-            ws.publisher = publisher;
-            for (auto& r : st.rollouts)
-              ws.sinks.push_back(caf::actor_cast<caf::actor>(r));
-            ws.listener = caf::actor_cast<caf::actor>(self);
-            ws.expected_bytes = st.model_bytes;
-            ws.device_host = st.host;
-            ws.allow_bulk = st.bulk;
-            ws.timeout = st.transfer_timeout;
-            st.subscriber = caf::actor_cast<caf::actor>(spawn_weight_subscriber(self->system(), ws));
-            self->link_to(st.subscriber);
-          },
-          [self](caf::error& err) {
-            if (err != node_errc::not_ready)
-              spdlog::warn("asking for the weight publisher failed ({}); trying again", describe(err));
-            self->delayed_send(self, retry_interval, publisher_atom::value);
-          });
-}
-
-}  // namespace
-
-caf::actor spawn_node_members(caf::actor_system& sys, const run_config& config, const node_spec& self_spec,
-                              node_actor controller_node, std::shared_ptr<tracer> trace) {
-  return sys.spawn<caf::detached>([config, self_spec, controller_node, trace](members_pointer self) -> caf::behavior {
-    auto& st = self->state;
-    st.node = self_spec.name;
-    st.head = controller_node;
-    st.host = self_spec.host;
-    st.bulk = config.cluster.weight_transport != "caf";
-    st.transfer_timeout = std::chrono::milliseconds(config.cluster.transfer_timeout_ms);
-    if (self_spec.has(role::reward)) {
-      auto pool_config = make_reward_pool_config(config.reward);
-      pool_config.trace = trace;
-      auto pool = spawn_reward_pool(self->system(), pool_config);
-      self->link_to(pool);
-      join_run(self, "reward", caf::actor_cast<caf::actor>(pool));
-    }
-    if (self_spec.has(role::rollout)) {
-      try {
-        auto threads = static_cast<int>(self_spec.compute_threads);
-        at::set_num_threads(threads);
-        auto m = make_model(config);
-        st.model_bytes = static_cast<uint64_t>(m.policy->flat().nbytes());
-        auto share = std::make_shared<compute_share>(threads, true, 1);
-        st.rollouts = spawn_rollout_workers(self->system(), config, m, share, trace, 0, self_spec.name + "/rollout-");
-        for (auto& r : st.rollouts)
-          self->link_to(r);
-        spdlog::info("{} rollout worker(s) ready ({} compute threads); waiting for the current weights",
-                     st.rollouts.size(), threads);
-        subscribe_to_weights(self);
-      } catch (const std::exception& e) {
-        spdlog::error("cannot start the rollout workers: {}", e.what());
-        self->quit(caf::make_error(caf::sec::runtime_error, e.what()));
-        return {};
-      }
-    }
-    return {
-        [self](join_atom, std::string& role, caf::actor& member) { join_run(self, role, member); },
-        [self](publisher_atom) { subscribe_to_weights(self); },
-        [self](weights_atom, int64_t version, std::string& error) {
-          auto& s = self->state;
-          if (!error.empty()) {
-            if (!s.rollouts_joined) {
-              spdlog::error("the rollout workers cannot take the run's weights: {}", error);
-              self->quit(caf::make_error(weight_errc::size_mismatch, error));
-            }
-            return;
-          }
-          if (s.rollouts_joined)
-            return;
-          s.rollouts_joined = true;
-          spdlog::info("received the run's weights (version {}); the rollout workers join", version);
-          for (auto& r : s.rollouts)
-            join_run(self, "rollout", caf::actor_cast<caf::actor>(r));
-        },
-    };
-  });
 }
 
 }  // namespace areal

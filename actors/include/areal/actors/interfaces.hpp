@@ -234,6 +234,8 @@ using controller_actor = caf::typed_actor<
     caf::replies_to<ledger_atom>::with<std::string>,
     // Stop admitting work and end the run (the text says why).
     caf::reacts_to<shutdown_atom, std::string>,
+    // The same with the run's exit code (an actor of the job stopped: 1).
+    caf::reacts_to<shutdown_atom, int32_t, std::string>,
     // A member joins the run (node name, role "rollout" or "reward", its actor):
     // it gets work from now on; the controller monitors it, and when it is lost
     // its unfinished samples are queued again for the other members.

@@ -12,7 +12,9 @@
 
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include <caf/actor_system.hpp>
 
@@ -21,6 +23,16 @@
 #include "areal/runtime/trace.hpp"
 
 namespace areal {
+
+/// The actors of a running job (for an embedding application, and the tests).
+struct rl_job_actors {
+  controller_actor controller;
+  trainer_actor trainer;
+  reward_pool_actor reward;  // unset when no reward role runs here
+  std::vector<rollout_actor> rollouts;
+  evaluator_actor evaluator;         // unset without periodic evaluation
+  weight_publisher_actor publisher;  // multi-node runs only
+};
 
 struct rl_job_options {
   run_config config;
@@ -35,6 +47,9 @@ struct rl_job_options {
   /// out through a weight publisher. Unset: one process runs everything.
   node_actor node;
   node_spec self;
+  /// Called once the pipeline runs, from the job's thread. Every actor of
+  /// the job is watched: one that stops ends the run with its reason (exit 1).
+  std::function<void(const rl_job_actors&)> on_started;
 };
 
 struct rl_job_result {

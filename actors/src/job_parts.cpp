@@ -1,0 +1,158 @@
+// The job's data sources, model, held-out set and rollout workers (see job_parts.hpp).
+#include "job_parts.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include "areal/actors/rollout.hpp"
+
+namespace fs = std::filesystem;
+
+namespace areal::job {
+
+namespace {
+
+tasks::running_sum_options sum_options(const task_spec& t, uint64_t seed) {
+  tasks::running_sum_options o;
+  o.seed = seed;
+  o.max_value = static_cast<int>(t.max_value);
+  o.median_terms = t.median_terms;
+  o.max_terms = static_cast<int>(t.max_terms);
+  return o;
+}
+
+// Three disjoint random streams of one seed: RL prompts, SFT demonstrations, held-out prompts.
+
+}  // namespace
+
+uint64_t stream_seed(uint64_t seed, uint64_t stream) {
+  return seed * 0x9E3779B97F4A7C15ull + stream;
+}
+
+std::unique_ptr<tasks::task_source> training_source(const run_config& c) {
+  if (c.task.kind == "jsonl") {
+    auto source = tasks::jsonl_source(c.task.train_path);
+    if (c.task.eval_path.empty())
+      source->restore(static_cast<uint64_t>(c.eval.prompts));  // the first items are held out
+    return source;
+  }
+  return tasks::running_sum_generator(sum_options(c.task, stream_seed(c.run.seed, 1)));
+}
+
+std::unique_ptr<tasks::task_source> demonstration_source(const run_config& c) {
+  if (c.task.kind == "jsonl")
+    return training_source(c);
+  auto o = sum_options(c.task, stream_seed(c.run.seed, 2));
+  o.truncated_fraction = c.task.truncated_fraction;
+  return tasks::running_sum_generator(o);
+}
+
+namespace {
+
+std::vector<tasks::task_item> held_out_items(const run_config& c) {
+  std::unique_ptr<tasks::task_source> source;
+  if (c.task.kind == "jsonl")
+    source = tasks::jsonl_source(c.task.eval_path.empty() ? c.task.train_path : c.task.eval_path);
+  else
+    source = tasks::running_sum_generator(sum_options(c.task, stream_seed(c.run.seed, 3)));
+  std::vector<tasks::task_item> items;
+  while (static_cast<int64_t>(items.size()) < c.eval.prompts) {
+    auto item = source->next();
+    if (!item)
+      break;
+    items.push_back(std::move(*item));
+  }
+  return items;
+}
+
+// The characters of every prompt and solution (for a character-level tokenizer of JSONL data).
+std::string alphabet_of(const run_config& c) {
+  if (c.task.kind != "jsonl")
+    return tasks::running_sum_alphabet();
+  std::set<char> chars;
+  for (auto* path : {&c.task.train_path, &c.task.eval_path}) {
+    if (path->empty())
+      continue;
+    auto source = tasks::jsonl_source(*path);
+    while (auto item = source->next())
+      for (auto* text : {&item->prompt, &item->worked_solution})
+        chars.insert(text->begin(), text->end());
+  }
+  return std::string(chars.begin(), chars.end());
+}
+
+}  // namespace
+
+// -- model --------------------------------------------------------------------
+model_parts make_model(const run_config& c) {
+  model_parts m;
+  if (!c.model.path.empty()) {
+    auto tokenizer_file = fs::path{c.model.path} / "tokenizer.json";
+    if (!fs::exists(tokenizer_file))
+      throw job_error(c.model.path +
+                      ": no tokenizer.json; a model directory needs config.json, weights and "
+                      "tokenizer.json");
+    m.tokenizer = std::make_shared<const kernels::tokenizer>(kernels::tokenizer::load(tokenizer_file.string()));
+    m.policy = std::make_shared<kernels::policy_model>(kernels::policy_model::load(c.model.path));
+    m.config = m.policy->config();
+  } else {
+    m.tokenizer = std::make_shared<const kernels::tokenizer>(
+        kernels::tokenizer::character_level(alphabet_of(c), {"<unk>", "<eos>"}));
+    m.config = kernels::preset(c.model.preset, m.tokenizer->vocab_size());
+    m.config.max_position_embeddings = 1024;
+    m.policy = std::make_shared<kernels::policy_model>(m.config);
+    m.policy->init_random(stream_seed(c.run.seed, 4));
+  }
+  for (auto name : {"<eos>", "<|endoftext|>", "</s>", "<|im_end|>"})
+    if (auto id = m.tokenizer->token_id(name)) {
+      m.eos = *id;
+      return m;
+    }
+  throw job_error("the tokenizer has no end-of-sequence token (<eos>, <|endoftext|>, </s> or <|im_end|>)");
+}
+
+std::shared_ptr<eval_set> make_eval_set(const run_config& c, const model_parts& m) {
+  auto set = std::make_shared<eval_set>();
+  for (auto& item : held_out_items(c)) {
+    set->prompts.push_back(m.tokenizer->encode(item.prompt));
+    set->tasks.push_back(item.task);
+    set->difficulty.push_back(
+        c.task.kind == "jsonl" ? 0 : static_cast<int64_t>(std::count(item.prompt.begin(), item.prompt.end(), '+')) + 1);
+  }
+  return set;
+}
+
+std::string by_difficulty_text(const eval_result& r) {
+  std::string out;
+  for (auto& [terms, counts] : r.by_difficulty)
+    out += (out.empty() ? "" : ", ") + std::to_string(terms) + " terms " + std::to_string(counts.first) + "/" +
+           std::to_string(counts.second);
+  return out;
+}
+
+int64_t max_sequence(const model_parts& m) {
+  return std::min<int64_t>(m.config.max_position_embeddings, 1024);
+}
+
+std::vector<rollout_actor> spawn_rollout_workers(caf::actor_system& sys, const run_config& c, const model_parts& m,
+                                                 std::shared_ptr<compute_share> share, std::shared_ptr<tracer> trace,
+                                                 int64_t initial_version, const std::string& prefix) {
+  std::vector<rollout_actor> rollouts;
+  for (int64_t i = 0; i < c.rl.rollout_workers; ++i) {
+    auto copy = std::make_shared<kernels::policy_model>(m.config);
+    copy->flat().copy_(m.policy->flat());
+    rollout_setup rs;
+    rs.name = prefix + std::to_string(i);
+    rs.model = copy;
+    rs.tokenizer = m.tokenizer;
+    rs.engine = {c.rl.rollout_slots, max_sequence(m), 512, true};
+    rs.initial_version = initial_version;
+    rs.share = share;
+    rs.trace = trace;
+    rollouts.push_back(spawn_rollout(sys, rs));
+  }
+  return rollouts;
+}
+
+}  // namespace areal::job

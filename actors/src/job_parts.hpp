@@ -1,0 +1,80 @@
+// The parts of an RL job that the controller's node and the other nodes
+// share: the data sources, the model and its tokenizer, the held-out set, the
+// rollout workers, the warm start and the progress line. Internal to actors/.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <caf/actor_system.hpp>
+
+#include "areal/actors/compute_share.hpp"
+#include "areal/actors/evaluator.hpp"
+#include "areal/actors/interfaces.hpp"
+#include "areal/kernels/model.hpp"
+#include "areal/kernels/model_config.hpp"
+#include "areal/kernels/tokenizer.hpp"
+#include "areal/runtime/config.hpp"
+#include "areal/runtime/trace.hpp"
+#include "areal/tasks/tasks.hpp"
+
+namespace areal::job {
+
+using clock_type = std::chrono::steady_clock;
+
+inline double seconds_since(clock_type::time_point t) {
+  return std::chrono::duration<double>(clock_type::now() - t).count();
+}
+
+/// Why the job cannot start; the text says what to do.
+struct job_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// Disjoint random streams of one seed: 1 RL prompts, 2 SFT demonstrations,
+/// 3 held-out prompts, 4 model initialization, 5 SFT, 6 RL trainer, 7 samples.
+uint64_t stream_seed(uint64_t seed, uint64_t stream);
+
+std::unique_ptr<tasks::task_source> training_source(const run_config& c);
+std::unique_ptr<tasks::task_source> demonstration_source(const run_config& c);
+
+struct model_parts {
+  std::shared_ptr<const kernels::tokenizer> tokenizer;
+  kernels::model_config config;
+  std::shared_ptr<kernels::policy_model> policy;
+  int32_t eos = 0;
+};
+
+/// The configured model (model.path, or a preset initialized from the seed) and its tokenizer.
+model_parts make_model(const run_config& c);
+/// The held-out prompts (eval.prompts of them).
+std::shared_ptr<eval_set> make_eval_set(const run_config& c, const model_parts& m);
+std::string by_difficulty_text(const eval_result& r);
+/// The longest sequence the engines and the evaluator take.
+int64_t max_sequence(const model_parts& m);
+std::vector<rollout_actor> spawn_rollout_workers(caf::actor_system& sys, const run_config& c, const model_parts& m,
+                                                 std::shared_ptr<compute_share> share, std::shared_ptr<tracer> trace,
+                                                 int64_t initial_version, const std::string& prefix);
+
+std::string duration_text(double seconds);
+
+/// One live line on a terminal (redrawn), or a line every 10 s in a log.
+class progress_line {
+ public:
+  explicit progress_line(bool enabled);
+  void show(const std::string& text);
+  void close();
+
+ private:
+  bool enabled_, tty_, open_ = false;
+  clock_type::time_point last_ = clock_type::now();
+};
+
+/// The supervised warm start (sft.*) of m.policy; false when `stop` was set meanwhile.
+bool warm_start(const run_config& c, model_parts& m, const std::atomic<bool>& stop, progress_line& progress);
+
+}  // namespace areal::job

@@ -1,0 +1,136 @@
+// The members of a node other than the controller's (see rl_job.hpp,
+// spawn_node_members): they join the run through the controller node.
+#include <ATen/Parallel.h>
+
+#include <caf/all.hpp>
+
+#include "areal/actors/reward_pool.hpp"
+#include "areal/actors/rl_job.hpp"
+#include "areal/actors/weight_transport.hpp"
+#include "areal/runtime/log.hpp"
+#include "job_parts.hpp"
+
+namespace areal {
+
+using namespace job;
+
+namespace {
+
+struct members_state {
+  static inline const char* name = "areal.node_members";
+  std::string node;
+  node_actor head;  // the controller node's node actor
+  std::vector<rollout_actor> rollouts;
+  uint64_t model_bytes = 0;
+  std::string host;
+  bool bulk = true;  // take the bulk link the publisher offers (Gloo, NCCL)
+  std::chrono::milliseconds transfer_timeout{60000};
+  caf::actor subscriber;
+  bool rollouts_joined = false;
+};
+
+using members_pointer = caf::stateful_actor<members_state>*;
+
+constexpr auto retry_interval = std::chrono::seconds(1);
+
+// Hands one member to the run; the controller node answers not_ready until
+// its job runs (the warm start comes first), so this asks again until then.
+void join_run(members_pointer self, const std::string& role, const caf::actor& member) {
+  self->request(self->state.head, std::chrono::seconds(10), join_atom::value, role, member)
+      .then(
+          [role](bool) {
+            spdlog::info("{} joined the run", role == "rollout" ? "a rollout worker" : "the reward pool");
+          },
+          [self, role, member](caf::error& err) {
+            if (err != node_errc::not_ready)
+              spdlog::warn("joining the run failed ({}); trying again", describe(err));
+            self->delayed_send(self, retry_interval, join_atom::value, role, member);
+          });
+}
+
+void subscribe_to_weights(members_pointer self) {
+  self->request(self->state.head, std::chrono::seconds(10), publisher_atom::value)
+      .then(
+          [self](caf::actor& publisher) {
+            auto& st = self->state;
+            weight_subscriber_setup ws;
+            ws.node = st.node;
+            ws.publisher = publisher;
+            for (auto& r : st.rollouts)
+              ws.sinks.push_back(caf::actor_cast<caf::actor>(r));
+            ws.listener = caf::actor_cast<caf::actor>(self);
+            ws.expected_bytes = st.model_bytes;
+            ws.device_host = st.host;
+            ws.allow_bulk = st.bulk;
+            ws.timeout = st.transfer_timeout;
+            st.subscriber = caf::actor_cast<caf::actor>(spawn_weight_subscriber(self->system(), ws));
+            self->link_to(st.subscriber);
+          },
+          [self](caf::error& err) {
+            if (err != node_errc::not_ready)
+              spdlog::warn("asking for the weight publisher failed ({}); trying again", describe(err));
+            self->delayed_send(self, retry_interval, publisher_atom::value);
+          });
+}
+
+}  // namespace
+
+caf::actor spawn_node_members(caf::actor_system& sys, const run_config& config, const node_spec& self_spec,
+                              node_actor controller_node, std::shared_ptr<tracer> trace) {
+  return sys.spawn<caf::detached>([config, self_spec, controller_node, trace](members_pointer self) -> caf::behavior {
+    auto& st = self->state;
+    st.node = self_spec.name;
+    st.head = controller_node;
+    st.host = self_spec.host;
+    st.bulk = config.cluster.weight_transport != "caf";
+    st.transfer_timeout = std::chrono::milliseconds(config.cluster.transfer_timeout_ms);
+    if (self_spec.has(role::reward)) {
+      auto pool_config = make_reward_pool_config(config.reward);
+      pool_config.trace = trace;
+      auto pool = spawn_reward_pool(self->system(), pool_config);
+      self->link_to(pool);
+      join_run(self, "reward", caf::actor_cast<caf::actor>(pool));
+    }
+    if (self_spec.has(role::rollout)) {
+      try {
+        auto threads = static_cast<int>(self_spec.compute_threads);
+        at::set_num_threads(threads);
+        auto m = make_model(config);
+        st.model_bytes = static_cast<uint64_t>(m.policy->flat().nbytes());
+        auto share = std::make_shared<compute_share>(threads, true, 1);
+        st.rollouts = spawn_rollout_workers(self->system(), config, m, share, trace, 0, self_spec.name + "/rollout-");
+        for (auto& r : st.rollouts)
+          self->link_to(r);
+        spdlog::info("{} rollout worker(s) ready ({} compute threads); waiting for the current weights",
+                     st.rollouts.size(), threads);
+        subscribe_to_weights(self);
+      } catch (const std::exception& e) {
+        spdlog::error("cannot start the rollout workers: {}", e.what());
+        self->quit(caf::make_error(caf::sec::runtime_error, e.what()));
+        return {};
+      }
+    }
+    return {
+        [self](join_atom, std::string& role, caf::actor& member) { join_run(self, role, member); },
+        [self](publisher_atom) { subscribe_to_weights(self); },
+        [self](weights_atom, int64_t version, std::string& error) {
+          auto& s = self->state;
+          if (!error.empty()) {
+            if (!s.rollouts_joined) {
+              spdlog::error("the rollout workers cannot take the run's weights: {}", error);
+              self->quit(caf::make_error(weight_errc::size_mismatch, error));
+            }
+            return;
+          }
+          if (s.rollouts_joined)
+            return;
+          s.rollouts_joined = true;
+          spdlog::info("received the run's weights (version {}); the rollout workers join", version);
+          for (auto& r : s.rollouts)
+            join_run(self, "rollout", caf::actor_cast<caf::actor>(r));
+        },
+    };
+  });
+}
+
+}  // namespace areal

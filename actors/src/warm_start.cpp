@@ -1,0 +1,92 @@
+// The job's supervised warm start and its progress line (see job_parts.hpp).
+#include <unistd.h>
+
+#include <cstdio>
+#include <sstream>
+
+#include "areal/kernels/trainer.hpp"
+#include "areal/runtime/log.hpp"
+#include "job_parts.hpp"
+
+namespace areal::job {
+
+// -- the progress line --------------------------------------------------------
+
+std::string duration_text(double seconds) {
+  auto s = static_cast<int64_t>(seconds + 0.5);
+  std::ostringstream os;
+  if (s >= 3600)
+    os << s / 3600 << "h" << (s % 3600) / 60 << "m";
+  else if (s >= 60)
+    os << s / 60 << "m" << s % 60 << "s";
+  else
+    os << s << "s";
+  return os.str();
+}
+
+progress_line::progress_line(bool enabled) : enabled_(enabled), tty_(isatty(STDERR_FILENO) != 0) {}
+
+void progress_line::show(const std::string& text) {
+  if (!enabled_)
+    return;
+  if (tty_) {
+    std::fprintf(stderr, "\r\033[K%s", text.c_str());
+    std::fflush(stderr);
+    open_ = true;
+  } else if (seconds_since(last_) >= 10) {  // a log, not a terminal: one line now and then
+    std::fprintf(stderr, "%s\n", text.c_str());
+    last_ = clock_type::now();
+  }
+}
+
+void progress_line::close() {
+  if (open_)
+    std::fprintf(stderr, "\n");
+  open_ = false;
+}
+
+// -- supervised warm start ----------------------------------------------------
+
+bool warm_start(const run_config& c, model_parts& m, const std::atomic<bool>& stop, progress_line& progress) {
+  kernels::trainer_config tc;
+  tc.optimizer.lr = c.sft.lr;
+  tc.optimizer.warmup_steps = c.sft.warmup_steps;
+  tc.optimizer.schedule = "cosine";
+  tc.optimizer.total_steps = c.sft.steps;
+  tc.optimizer.min_lr_ratio = 0.1;
+  tc.seed = stream_seed(c.run.seed, 5);
+  kernels::trainer sft(*m.policy, tc);
+  auto source = demonstration_source(c);
+  auto start = clock_type::now();
+  double loss = 0;
+  for (int64_t step = 0; step < c.sft.steps; ++step) {
+    if (stop.load())
+      return false;
+    std::vector<kernels::sft_sample> batch;
+    while (static_cast<int64_t>(batch.size()) < c.sft.batch_size) {
+      auto item = source->next();
+      if (!item) {
+        source->restore(0);  // a finite dataset: another epoch
+        continue;
+      }
+      if (item->worked_solution.empty() && c.task.kind == "jsonl")
+        continue;  // an item without a demonstration (a truncated running sum is one: it stops at once)
+      kernels::sft_sample s;
+      s.prompt = m.tokenizer->encode(item->prompt);
+      s.response = m.tokenizer->encode(item->worked_solution);
+      s.response.push_back(m.eos);
+      batch.push_back(std::move(s));
+    }
+    loss = sft.sft_update(batch).loss;
+    auto elapsed = seconds_since(start);
+    progress.show("warm start (SFT) step " + std::to_string(step + 1) + "/" + std::to_string(c.sft.steps) + " | loss " +
+                  std::to_string(loss).substr(0, 6) + " | ETA " +
+                  duration_text(elapsed / static_cast<double>(step + 1) * static_cast<double>(c.sft.steps - step - 1)));
+  }
+  progress.close();
+  spdlog::info("warm start: {} SFT steps in {:.1f} s, final loss {:.4f}", c.sft.steps, seconds_since(start), loss);
+  m.policy->set_trainable(false);
+  return true;
+}
+
+}  // namespace areal::job
