@@ -47,4 +47,5 @@ struct Trajectory {
   verdictDetail @11 :Text;
   timestamps @12 :Timestamps;
   producer @13 :Text;              # name of the node that generated it
+  promptVersion @14 :Int64;        # the version of the prompt tokens: the policy version at admission
 }

@@ -37,6 +37,7 @@ inline trajectory sample_trajectory() {
   x.verdict_detail = "wrote outside the work directory: Ünïcode ✓";
   x.timestamps = {1, 2, 3, 4, 5};
   x.producer = "rollout-0";
+  x.prompt_version = 3;
   return x;
 }
 

@@ -213,10 +213,13 @@ TEST_CASE("the model section has defaults and checks its choices") {
   CHECK(r.config->model.dtype == "float32");
   CHECK(contains(only_error(two_nodes, {"model.dtype=int4"}),
                  "model.dtype: unknown value \"int4\"; use one of: float32, bfloat16, float16"));
-  auto custom = parse_config(two_nodes, "topo.toml", {"model.path=/models/qwen2", "model.device=cuda:1"});
+  auto custom = parse_config(two_nodes, "topo.toml", {"model.path=/models/qwen2"});
   REQUIRE(custom.config);
   CHECK(custom.config->model.path == "/models/qwen2");
-  CHECK(custom.config->model.device == "cuda:1");
+  // What this build cannot do is refused with the reason, never accepted and ignored.
+  CHECK(contains(only_error(two_nodes, {"model.device=cuda:1"}),
+                 "--set model.device=cuda:1: model.device: \"cuda:1\": this build runs the model on the CPU only"));
+  CHECK(contains(only_error(two_nodes, {"model.dtype=bfloat16"}), "this build computes in float32 only"));
 }
 
 TEST_CASE("a missing file is a clear error") {
@@ -268,4 +271,58 @@ TEST_CASE("choosing this process's node") {
   CHECK(choose_node(config, o).node->roles == std::vector<role>{role::rollout});
   o.roles = std::vector<role>{role::controller};
   CHECK(contains(choose_node(config, o).error, "the controller role is fixed by the topology"));
+}
+
+TEST_CASE("every key fills its member, and the defaults are the configuration's own") {
+  // Defaults: what a default-constructed run_config holds (config.hpp), for every key left out.
+  auto r = parse_config(two_nodes, "topo.toml");
+  REQUIRE(r.config);
+  run_config defaults;
+  CHECK(r.config->rl.eta == defaults.rl.eta);
+  CHECK(r.config->rl.checkpoint_every == defaults.rl.checkpoint_every);
+  CHECK(r.config->reward.python == defaults.reward.python);
+  CHECK(r.config->cluster.weight_chunk_bytes == defaults.cluster.weight_chunk_bytes);
+  CHECK(r.config->nodes[0].compute_threads == node_spec{}.compute_threads);
+  CHECK(r.config->nodes[0].host == node_spec{}.host);
+  // Keys set: each lands in its member.
+  auto s =
+      parse_config(two_nodes, "topo.toml",
+                   {"rl.top_k=5", "rl.top_p=0.9", "rl.dual_clip=3.0", "rl.behaviour_mode=clamp", "rl.kl_coef=0.1",
+                    "rl.kl_estimator=k1", "rl.reward_bias=-0.5", "rl.reward_scale=2.0", "rl.reward_clip=1.0",
+                    "rl.overlong_buffer=16", "rl.overlong_factor=0.5", "rl.mode=sync", "cluster.weight_chunk_kb=128",
+                    "cluster.security=plain", "task.train_path=-", "run.job=probe"});
+  REQUIRE_MESSAGE(s.config, (s.errors.empty() ? "" : s.errors.front()));
+  auto& rl = s.config->rl;
+  CHECK(rl.top_k == 5);
+  CHECK(rl.top_p == doctest::Approx(0.9));
+  CHECK(rl.dual_clip == 3.0);
+  CHECK(rl.behaviour_clamp);
+  CHECK(rl.kl_coef == doctest::Approx(0.1));
+  CHECK(rl.kl_estimator == "k1");
+  CHECK(rl.reward_bias == -0.5);
+  CHECK(rl.reward_scale == 2.0);
+  CHECK(rl.reward_clip == 1.0);
+  CHECK(rl.overlong_buffer == 16);
+  CHECK(rl.overlong_factor == 0.5);
+  CHECK(rl.synchronous);
+  CHECK(s.config->cluster.weight_chunk_bytes == 128u * 1024);
+  CHECK(!s.config->cluster.tls);
+  CHECK(s.config->task.train_path.empty());
+  CHECK(s.config->run.probe_only);
+  // Values no setting can mean are refused with the reason.
+  CHECK(contains(only_error(two_nodes, {"rl.dual_clip=0.5"}), "rl.dual_clip: 0.5 is no dual clip"));
+  CHECK(contains(only_error(two_nodes, {"rl.overlong_buffer=500"}), "exceeds rl.max_new_tokens"));
+}
+
+TEST_CASE("roles mean what they say: the trainer runs in the controller's process") {
+  std::string text = two_nodes;
+  text.replace(text.find("[\"controller\", \"trainer\"]"), 25, "[\"controller\"]");
+  CHECK(contains(only_error(text), "nodes[0].roles: an RL run trains on the controller's node"));
+  text = two_nodes;
+  text.replace(text.find("[\"rollout\", \"reward\"]"), 21, "[\"rollout\", \"trainer\"]");
+  CHECK(contains(only_error(text), "nodes[1].roles: the trainer runs in the controller's process"));
+  // A probe job trains nothing: a controller alone is fine there.
+  text = two_nodes;
+  text.replace(text.find("[\"controller\", \"trainer\"]"), 25, "[\"controller\"]");
+  CHECK(parse_config(text, "topo.toml", {"run.job=probe"}).config);
 }

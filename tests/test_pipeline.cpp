@@ -249,3 +249,58 @@ TEST_CASE("an actor of the job that stops ends the run with its reason, and the 
     }
   }
 }
+
+namespace {
+
+// The step lines of a short synchronous run with `overrides` (same seeds, so
+// runs differ only by the keys set).
+std::vector<nlohmann::json> steps_of(const std::string& name, const std::vector<std::string>& overrides) {
+  scratch_dir dir{"keys-" + name};
+  std::vector<std::string> all = {"sft.steps=40", "eval.prompts=0", "rl.checkpoint_every=0"};
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  std::atomic<bool> stop{false};
+  auto result = run_job(load(job_config("sync", 0, 3), all), dir.path, false, stop);
+  REQUIRE_MESSAGE(result.exit_code == 0, result.why);
+  std::vector<nlohmann::json> steps;
+  for (auto& m : read_metrics(dir.path))
+    if (m["event"] == "step")
+      steps.push_back(m);
+  REQUIRE(steps.size() == 3);
+  return steps;
+}
+
+double total(const std::vector<nlohmann::json>& steps, const char* key) {
+  double sum = 0;
+  for (auto& s : steps)
+    sum += s[key].get<double>();
+  return sum;
+}
+
+}  // namespace
+
+TEST_CASE("sampling, KL and reward-shaping keys take effect in the run, in the direction they mean") {
+  auto plain = steps_of("plain", {});
+  CHECK(total(plain, "grad_norm") > 0);  // groups with different rewards: a gradient
+  CHECK(total(plain, "kl") == 0);        // no reference policy without rl.kl_coef
+
+  // top_k = 1 (and a tiny top_p) leave one token to sample: every sample of a
+  // group is the same, so are its rewards, and group-relative advantages vanish.
+  for (std::string key : {"rl.top_k=1", "rl.top_p=0.001"}) {
+    INFO(key);
+    auto narrow = steps_of("narrow", {key});
+    CHECK(total(narrow, "grad_norm") == 0);
+    CHECK(total(narrow, "loss") == 0);
+  }
+
+  // Reward scale: 0 removes every reward; 2 doubles the first step's gradient
+  // under Dr. GRPO (mean-centred, not divided by the spread).
+  CHECK(total(steps_of("scale0", {"rl.reward_scale=0.0"}), "grad_norm") == 0);
+  auto once = steps_of("dr1", {"rl.estimator=dr_grpo"});
+  auto twice = steps_of("dr2", {"rl.estimator=dr_grpo", "rl.reward_scale=2.0"});
+  CHECK(twice[0]["grad_norm"].get<double>() == doctest::Approx(2 * once[0]["grad_norm"].get<double>()).epsilon(0.02));
+
+  // KL to the policy RL started from: measured and penalized once rl.kl_coef > 0.
+  auto anchored = steps_of("kl", {"rl.kl_coef=0.5", "rl.lr=3e-3"});
+  CHECK(total(anchored, "kl") > 0);
+  CHECK(anchored[0]["kl"].get<double>() == doctest::Approx(0).epsilon(1e-6));  // step 1: still the reference
+}

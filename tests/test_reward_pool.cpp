@@ -201,7 +201,7 @@ TEST_CASE("a full queue refuses work and loses nothing") {
 TEST_CASE("the [reward] section configures the pool") {
   auto r = parse_config(
       "[reward]\nworkers = 4\nqueue_capacity = 9\ntimeout_s = 2\nmemory_mb = 64\n"
-      "countdown_use_all_numbers = true\n[[nodes]]\nname = \"a\"\nroles = [\"controller\"]\n",
+      "countdown_use_all_numbers = true\n[[nodes]]\nname = \"a\"\nroles = [\"controller\", \"trainer\"]\n",
       "r.toml");
   REQUIRE(r.config);
   auto c = make_reward_pool_config(r.config->reward);
@@ -211,7 +211,7 @@ TEST_CASE("the [reward] section configures the pool") {
   CHECK(c.scoring.code.limits.memory_bytes == (64u << 20));
   CHECK(c.scoring.countdown.use_all_numbers);
   CHECK(c.scoring.code.python == "/usr/bin/python3");
-  auto bad = parse_config("[reward]\nworkers = 0\n[[nodes]]\nname = \"a\"\nroles = [\"controller\"]\n", "r.toml");
+  auto bad = parse_config("[reward]\nworkers = 0\n[[nodes]]\nname = \"a\"\nroles = [\"controller\", \"trainer\"]\n", "r.toml");
   REQUIRE(bad.errors.size() == 1);
   CHECK(bad.errors[0].find("r.toml:2:11: reward.workers: value 0 is out of range") != std::string::npos);
 }

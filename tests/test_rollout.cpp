@@ -43,6 +43,7 @@ generation_request request(uint64_t i, uint32_t max_new = 12) {
   r.prompt_tokens = {3, static_cast<int32_t>(4 + i % 9), 13};
   r.sampling.max_new_tokens = max_new;
   r.seed = 100 + i;
+  r.admitted_version = static_cast<int64_t>(i % 3);
   return r;
 }
 
@@ -84,6 +85,7 @@ TEST_CASE("the rollout worker answers every request with its trajectory and text
     CHECK(t.finish == finish_reason::length);
     CHECK(t.output_tokens.size() == 12);
     CHECK(t.token_versions == std::vector<int64_t>(12, 0));
+    CHECK(t.prompt_version == r.admitted_version);  // the prompt tokens carry the version at admission
     CHECK(t.timestamps.generation_end_ns >= t.timestamps.generation_start_ns);
     CHECK(t.output_tokens == direct(*reference, r).tokens);  // same seed, same weights, same tokens
   }

@@ -214,6 +214,8 @@ void on_join(controller_pointer self, const std::string& node, const std::string
 // member would find its request forgotten.
 void on_member_down(controller_pointer self, const caf::down_msg& down) {
   auto& st = self->state;
+  if (st.phase == run_phase::finished)
+    return;  // the job stops its actors after the run
   auto is_it = [&](const caf::actor& h) { return h.address() == down.source; };
   size_t requeued = 0;
   std::string what, node;
@@ -236,8 +238,6 @@ void on_member_down(controller_pointer self, const caf::down_msg& down) {
   }
   spdlog::warn("controller: lost the {} on node {} ({}); {} unfinished sample(s) queued again", what,
                node.empty() ? "(this process)" : node, describe(down.reason), requeued);
-  if (st.phase == run_phase::finished)
-    return;
   arm_member_deadline(self);
   drain_reward_backlog(self);
   fill(self);

@@ -155,4 +155,14 @@ std::vector<rollout_actor> spawn_rollout_workers(caf::actor_system& sys, const r
   return rollouts;
 }
 
+std::shared_ptr<kernels::policy_model> reference_policy(const std::filesystem::path& run_dir, bool resumed,
+                                                        const model_parts& m) {
+  auto kept = run_dir / "sft_model";
+  if (resumed && fs::exists(kept / "config.json"))
+    return std::make_shared<kernels::policy_model>(kernels::policy_model::load(kept.string()));
+  auto copy = std::make_shared<kernels::policy_model>(m.config);
+  copy->flat().copy_(m.policy->flat());
+  return copy;
+}
+
 }  // namespace areal::job

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -73,6 +74,11 @@ class progress_line {
   bool enabled_, tty_, open_ = false;
   clock_type::time_point last_ = clock_type::now();
 };
+
+/// The KL anchor: the policy RL started from (the warm-started model kept in
+/// the run directory when resuming, else a copy of the policy now).
+std::shared_ptr<kernels::policy_model> reference_policy(const std::filesystem::path& run_dir, bool resumed,
+                                                        const model_parts& m);
 
 /// The supervised warm start (sft.*) of m.policy; false when `stop` was set meanwhile.
 bool warm_start(const run_config& c, model_parts& m, const std::atomic<bool>& stop, progress_line& progress);

@@ -131,7 +131,19 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
   ts.config.ppo.clip_low = rl.clip;
   ts.config.ppo.clip_high = rl.clip;
   ts.config.ppo.behaviour_cap = rl.behaviour_cap;
+  ts.config.ppo.cap_clamps = rl.behaviour_clamp;
+  ts.config.ppo.dual_clip = rl.dual_clip;
   ts.config.ppo.decoupled = rl.decoupled;
+  ts.config.kl_coef = rl.kl_coef;
+  ts.config.kl = kernels::parse_kl_estimator(rl.kl_estimator);
+  if (rl.kl_coef > 0)
+    ts.reference = reference_policy(options.run_dir, resume.has_value(), m);
+  ts.shaping.bias = rl.reward_bias;
+  ts.shaping.scale = rl.reward_scale;
+  ts.shaping.clip = rl.reward_clip;
+  ts.shaping.overlong_max_length = rl.max_new_tokens;
+  ts.shaping.overlong_buffer = rl.overlong_buffer;
+  ts.shaping.overlong_factor = rl.overlong_factor;
   ts.config.ppo_minibatches = rl.ppo_minibatches;
   ts.config.max_tokens_per_mb = rl.max_tokens_per_mb;
   ts.config.temperature = rl.temperature;
@@ -170,6 +182,8 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
   cs.rollout_slots = rl.rollout_slots;
   cs.total_steps = rl.steps;
   cs.sampling.temperature = static_cast<float>(rl.temperature);
+  cs.sampling.top_k = rl.top_k;
+  cs.sampling.top_p = static_cast<float>(rl.top_p);
   cs.sampling.max_new_tokens = static_cast<uint32_t>(rl.max_new_tokens);
   cs.sampling.stop_tokens = {m.eos};
   cs.seed = stream_seed(c.run.seed, 7);
@@ -216,7 +230,7 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
     watch(rollouts[i], "rollout worker " + std::to_string(i));
   if (options.on_started)
     options.on_started(rl_job_actors{controller, trainer, reward, rollouts, evaluator, publisher});
-  std::string lost;                   // why an actor of the job stopped
+  std::string lost;  // why an actor of the job stopped
   clock_type::time_point lost_at;
 
   auto rl_start = clock_type::now();

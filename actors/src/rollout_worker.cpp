@@ -82,6 +82,7 @@ void deliver(rollout_pointer self, kernels::generation_output& out) {
   t.token_versions = out.versions;
   t.finish = out.finish;
   t.producer = st.setup.name;
+  t.prompt_version = p.request.admitted_version;
   t.timestamps.generation_start_ns = p.started_ns;
   t.timestamps.generation_end_ns = now_ns();
   if (out.finish == finish_reason::aborted) {

@@ -20,9 +20,10 @@ struct trainer_state {
   static inline const char* name = "areal.trainer";
   trainer_setup setup;
   std::unique_ptr<kernels::trainer> trainer;
-  std::shared_ptr<const at::Tensor> snapshot;  // weights of the current version, never modified
-  bool busy = false;                           // counted as busy in the compute share
-  std::string broken;                          // why the trainer cannot work (a checkpoint failed to load)
+  std::unique_ptr<kernels::trainer> reference;  // log-probabilities of pi_ref only (KL), never stepped
+  std::shared_ptr<const at::Tensor> snapshot;   // weights of the current version, never modified
+  bool busy = false;                            // counted as busy in the compute share
+  std::string broken;                           // why the trainer cannot work (a checkpoint failed to load)
 };
 
 using trainer_pointer = trainer_actor::stateful_pointer<trainer_state>;
@@ -91,6 +92,16 @@ caf::result<train_report, local_weights> train(trainer_pointer self, std::vector
     tracer::scope span{st.setup.trace.get(), "trainer", "train"};
     if (!st.setup.share)
       at::set_num_threads(st.setup.compute_threads);
+    if (st.reference) {
+      std::vector<std::vector<int32_t>> prompts, responses;
+      for (auto& s : samples) {
+        prompts.push_back(s.prompt);
+        responses.push_back(s.response);
+      }
+      auto ref = st.reference->response_logprobs(prompts, responses);
+      for (size_t i = 0; i < samples.size(); ++i)
+        samples[i].reference_logprobs = std::move(ref[i]);
+    }
     stats = st.trainer->ppo_update(samples);
   } catch (const std::exception& e) {
     if (st.setup.share)
@@ -126,6 +137,12 @@ trainer_actor spawn_trainer(caf::actor_system& sys, trainer_setup setup) {
         st.trainer = std::make_unique<kernels::trainer>(*st.setup.model, st.setup.config);
         if (auto share = st.setup.share)
           st.trainer->set_thread_count([share] { return share->training_threads(); });
+        if (st.setup.reference && st.setup.config.kl_coef > 0) {
+          st.setup.reference->set_trainable(false);
+          st.reference = std::make_unique<kernels::trainer>(*st.setup.reference, st.setup.config);
+          if (auto share = st.setup.share)
+            st.reference->set_thread_count([share] { return share->training_threads(); });
+        }
         st.trainer->set_policy_version(st.setup.initial_version);
         if (!st.setup.resume_from.empty()) {
           try {

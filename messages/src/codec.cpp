@@ -225,6 +225,7 @@ caf::expected<std::vector<char>> encode(const trajectory& x) {
   t.setScoredNs(x.timestamps.scored_ns);
   t.setScoringStartNs(x.timestamps.scoring_start_ns);
   root.setProducer(x.producer);
+  root.setPromptVersion(x.prompt_version);
   return finish(builder);
 }
 
@@ -259,6 +260,7 @@ caf::expected<trajectory> decode<trajectory>(const char* data, size_t size) {
         x.timestamps.scored_ns = t.getScoredNs();
         x.timestamps.scoring_start_ns = t.getScoringStartNs();
         x.producer = to_std(r.getProducer());
+        x.prompt_version = r.getPromptVersion();
         return x;
       });
 }

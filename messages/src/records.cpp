@@ -21,9 +21,9 @@ bool trajectory_timestamps::operator==(const trajectory_timestamps& o) const {
 
 bool trajectory::operator==(const trajectory& o) const {
   return std::tie(prompt_id, group_id, sample_index, prompt_tokens, output_tokens, behaviour_logprobs, token_versions,
-                  finish, reward, judged, verdict_detail, timestamps, producer) ==
+                  finish, reward, judged, verdict_detail, timestamps, producer, prompt_version) ==
          std::tie(o.prompt_id, o.group_id, o.sample_index, o.prompt_tokens, o.output_tokens, o.behaviour_logprobs,
-                  o.token_versions, o.finish, o.reward, o.judged, o.verdict_detail, o.timestamps, o.producer);
+                  o.token_versions, o.finish, o.reward, o.judged, o.verdict_detail, o.timestamps, o.producer, o.prompt_version);
 }
 
 bool tensor_entry::operator==(const tensor_entry& o) const {

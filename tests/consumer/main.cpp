@@ -12,7 +12,7 @@ name = "embedded"
 hold_s = 60.0
 [[nodes]]
 name = "embedded-node"
-roles = ["controller"]
+roles = ["controller", "trainer"]
 )",
                                     "embedded.toml");
   if (!config.config) {

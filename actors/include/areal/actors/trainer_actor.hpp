@@ -23,6 +23,9 @@ struct trainer_setup {
   std::string resume_from;               // a checkpoint directory to load first (empty: none)
   std::shared_ptr<compute_share> share;  // optional: the node's cores, shared with the rollout workers
   std::shared_ptr<tracer> trace;         // optional: spans "train", "checkpoint", "weight sync"
+  /// The KL anchor pi_ref (used when config.kl_coef > 0): the policy RL started
+  /// from, never updated. Its log-probabilities of every batch are one more forward pass.
+  std::shared_ptr<kernels::policy_model> reference;
 };
 
 trainer_actor spawn_trainer(caf::actor_system& sys, trainer_setup setup);

@@ -62,6 +62,9 @@ struct trajectory {
   std::string verdict_detail;
   trajectory_timestamps timestamps;
   std::string producer;
+  // The version of every prompt token: the policy version when the sample was
+  // admitted (its prompt was read then), ARCHITECTURE.md section 2.
+  int64_t prompt_version = 0;
   bool operator==(const trajectory&) const;
 };
 

@@ -1,7 +1,9 @@
 // The run configuration and topology, loaded from TOML and validated strictly.
-// The schema (every key, its type, default, range and meaning) lives in one
-// table in config.cpp; configs/*.toml are examples of it. Errors name the file,
-// line:column and key path, and say what to do.
+// The defaults are the member initializers below, and nowhere else; every key's
+// type, range, meaning and the member it fills are in one table
+// (runtime/src/settings.cpp), from which validation, extraction and
+// `areal --help-config` all come. configs/*.toml are examples. Errors name the
+// file, line:column and key path, and say what to do.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +24,7 @@ std::string join(const std::vector<role>& roles);
 
 struct node_spec {
   std::string name;
-  std::string host;
+  std::string host = "127.0.0.1";
   uint16_t port = 0;  // 0: does not listen (allowed for a single-node topology only)
   std::vector<role> roles;
   uint32_t compute_threads = 1;
@@ -30,7 +32,7 @@ struct node_spec {
 };
 
 struct cluster_spec {
-  std::string app_id;             // peers with another app id are refused by CAF's middleman
+  std::string app_id = "areal";   // peers with another app id are refused by CAF's middleman
   double connect_timeout_s = 30;  // how long a node retries reaching the controller node
   uint32_t heartbeat_interval_ms = 500;
   uint32_t connection_timeout_ms = 3000;  // a silent peer is declared lost after this
@@ -43,8 +45,8 @@ struct cluster_spec {
 };
 
 struct run_spec {
-  std::string name;
-  std::string output_dir;
+  std::string name = "areal-run";
+  std::string output_dir = "runs";
   uint64_t seed = 1;
   double hold_s = 0;        // probe job: the controller keeps the run up this long once every node joined
   bool probe_only = false;  // job = "probe": a connectivity check instead of the RL run
@@ -54,8 +56,8 @@ struct reward_spec {
   uint32_t workers = 2;
   uint32_t queue_capacity = 64;
   double timeout_s = 30;
-  std::string python;
-  std::string sandbox_user;
+  std::string python = "/usr/bin/python3";
+  std::string sandbox_user = "nobody";
   uint64_t memory_mb = 1024;
   uint64_t output_kb = 1024;
   double math_relative_tolerance = 1e-4;
@@ -63,16 +65,16 @@ struct reward_spec {
 };
 
 struct model_spec {
-  std::string preset;  // "tiny" or "small" when no path is given
-  std::string path;    // a Hugging Face model directory (config.json, safetensors, tokenizer.json)
-  std::string device;  // cpu, cuda, cuda:N
-  std::string dtype;   // float32, bfloat16, float16
+  std::string preset = "tiny";    // micro, tiny or small when no path is given
+  std::string path;               // a Hugging Face model directory (config.json, safetensors, tokenizer.json)
+  std::string device = "cpu";     // cpu, cuda, cuda:N
+  std::string dtype = "float32";  // float32, bfloat16, float16
 };
 
 struct task_spec {
-  std::string kind;        // running_sums or jsonl
-  std::string train_path;  // jsonl only
-  std::string eval_path;   // jsonl only; empty: hold out the first eval.prompts training items
+  std::string kind = "running_sums";  // or jsonl
+  std::string train_path;             // jsonl only
+  std::string eval_path;              // jsonl only; empty: hold out the first eval.prompts training items
   int64_t max_value = 9;
   double median_terms = 3.0;
   int64_t max_terms = 8;
@@ -96,7 +98,18 @@ struct rl_spec {
   double temperature = 1.0;
   double lr = 1e-4;
   int64_t warmup_steps = 0;
-  std::string estimator;
+  std::string estimator = "grpo";
+  uint32_t top_k = 0;            // sampling: the k most likely tokens only; 0: off
+  double top_p = 1.0;            // sampling: the smallest set of tokens of this probability; 1: off
+  double dual_clip = 0.0;        // c > 1: the dual clip of negative-advantage tokens; 0: off
+  bool behaviour_clamp = false;  // behaviour_mode = "clamp": w is clamped to the cap instead of masked
+  double kl_coef = 0.0;          // weight of KL(pi_theta || pi_ref), pi_ref the policy RL started from
+  std::string kl_estimator = "k3";
+  double reward_bias = 0.0;  // r' = clip((r + bias) * scale)
+  double reward_scale = 1.0;
+  double reward_clip = 0.0;     // |r'| <= clip; 0: no clip
+  int64_t overlong_buffer = 0;  // responses longer than max_new_tokens - buffer lose up to overlong_factor
+  double overlong_factor = 1.0;
   double clip = 0.2;
   double behaviour_cap = 5.0;
   bool decoupled = true;

@@ -1,0 +1,365 @@
+// The table of settings (see settings.hpp): one entry per key, each naming
+// the member it fills; defaults come from the member initializers of config.hpp.
+#include "settings.hpp"
+
+#include <sstream>
+#include <type_traits>
+
+namespace areal::settings {
+
+const char* to_string(kind k) {
+  switch (k) {
+    case kind::boolean:
+      return "a boolean";
+    case kind::integer:
+      return "an integer";
+    case kind::number:
+      return "a number";
+    case kind::string:
+      return "a string";
+    case kind::string_list:
+      return "an array of strings";
+  }
+  return "?";
+}
+
+value setting::fallback() const {
+  if (required)
+    return std::monostate{};
+  return get ? get(run_config{}) : get_node(node_spec{});
+}
+
+namespace {
+
+setting base(const char* key, kind type, double min, double max, std::vector<std::string> one_of, const char* doc) {
+  setting s;
+  s.key = key;
+  s.type = type;
+  s.min = min;
+  s.max = max;
+  s.one_of = std::move(one_of);
+  s.doc = doc;
+  return s;
+}
+
+template <class T>
+constexpr kind kind_of() {
+  if constexpr (std::is_same_v<T, bool>)
+    return kind::boolean;
+  else if constexpr (std::is_same_v<T, std::string>)
+    return kind::string;
+  else if constexpr (std::is_floating_point_v<T>)
+    return kind::number;
+  else
+    return kind::integer;
+}
+
+template <class T>
+value to_value(const T& x) {
+  if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, std::string>)
+    return x;
+  else if constexpr (std::is_floating_point_v<T>)
+    return static_cast<double>(x);
+  else
+    return static_cast<int64_t>(x);
+}
+
+// Called on validated nodes only: the type is right and the value in range.
+template <class T>
+T from_node(const toml::node& n) {
+  if constexpr (std::is_same_v<T, bool>)
+    return n.value<bool>().value_or(false);
+  else if constexpr (std::is_same_v<T, std::string>)
+    return n.value<std::string>().value_or(std::string{});
+  else if constexpr (std::is_floating_point_v<T>)
+    return static_cast<T>(n.value<double>().value_or(0.0));
+  else
+    return static_cast<T>(n.value<int64_t>().value_or(0));
+}
+
+// A key of a section that fills `run_config::*section.*member`.
+template <class S, class T>
+setting in(const char* key, S run_config::*section, T S::*member, double min, double max, const char* doc,
+           std::vector<std::string> one_of = {}) {
+  auto s = base(key, kind_of<T>(), min, max, std::move(one_of), doc);
+  s.get = [=](const run_config& c) { return to_value(c.*section.*member); };
+  s.set = [=](run_config& c, const toml::node& n) { c.*section.*member = from_node<T>(n); };
+  return s;
+}
+
+template <class S>
+setting text(const char* key, S run_config::*section, std::string S::*member, const char* doc,
+             std::vector<std::string> one_of = {}) {
+  return in(key, section, member, -INFINITY, INFINITY, doc, std::move(one_of));
+}
+
+// A path where "-" means none (a TOML string cannot be left empty).
+template <class S>
+setting optional_path(const char* key, S run_config::*section, std::string S::*member, const char* doc) {
+  auto s = base(key, kind::string, -INFINITY, INFINITY, {}, doc);
+  s.get = [=](const run_config& c) { return value{(c.*section.*member).empty() ? "-" : c.*section.*member}; };
+  s.set = [=](run_config& c, const toml::node& n) {
+    auto x = from_node<std::string>(n);
+    c.*section.*member = x == "-" ? std::string{} : x;
+  };
+  return s;
+}
+
+// A choice of two words that fills a boolean (the first word is false).
+template <class S>
+setting flag_choice(const char* key, S run_config::*section, bool S::*member, const char* off, const char* on,
+                    const char* doc) {
+  auto s = base(key, kind::string, -INFINITY, INFINITY, {off, on}, doc);
+  s.get = [=](const run_config& c) { return value{std::string{c.*section.*member ? on : off}}; };
+  s.set = [=](run_config& c, const toml::node& n) { c.*section.*member = from_node<std::string>(n) == on; };
+  return s;
+}
+
+template <class T>
+setting node_key(const char* key, T node_spec::*member, double min, double max, const char* doc) {
+  auto s = base(key, kind_of<T>(), min, max, {}, doc);
+  s.get_node = [=](const node_spec& n) { return to_value(n.*member); };
+  s.set_node = [=](node_spec& n, const toml::node& x) { n.*member = from_node<T>(x); };
+  return s;
+}
+
+constexpr double inf = INFINITY;
+
+std::vector<section> make_table() {
+  using c = run_config;
+  std::vector<section> t;
+  t.push_back({"run",
+               false,
+               "What this run is called and where its outputs go.",
+               {
+                   text("name", &c::run, &run_spec::name, "run name; the run directory is output_dir/name"),
+                   text("output_dir", &c::run, &run_spec::output_dir,
+                        "parent directory of run directories (relative to the working directory)"),
+                   in("seed", &c::run, &run_spec::seed, 0, 9.007199254740992e15, "seed of every random stream"),
+                   in("hold_s", &c::run, &run_spec::hold_s, 0, 86400,
+                      "probe job: seconds the controller keeps the run up after every node joined"),
+                   flag_choice("job", &c::run, &run_spec::probe_only, "rl", "probe",
+                               "rl: the RL run; probe: a connectivity check of the topology (every node joins and "
+                               "exchanges a trajectory, then the run ends)"),
+               }});
+  auto chunk = base("weight_chunk_kb", kind::integer, 64, 1048576, {},
+                    "weights travel in chunks of this size, each with its own checksum");
+  chunk.get = [](const run_config& x) { return value{static_cast<int64_t>(x.cluster.weight_chunk_bytes / 1024)}; };
+  chunk.set = [](run_config& x, const toml::node& n) { x.cluster.weight_chunk_bytes = from_node<uint64_t>(n) * 1024; };
+  t.push_back(
+      {"cluster",
+       false,
+       "How the nodes find, authenticate and watch each other.",
+       {
+           text("app_id", &c::cluster, &cluster_spec::app_id, "cluster identifier; CAF refuses peers with another one"),
+           in("connect_timeout_s", &c::cluster, &cluster_spec::connect_timeout_s, 0.1, 3600,
+              "how long a node retries reaching the controller node before giving up"),
+           in("heartbeat_interval_ms", &c::cluster, &cluster_spec::heartbeat_interval_ms, 10, 60000,
+              "interval of the middleman's heartbeats"),
+           in("connection_timeout_ms", &c::cluster, &cluster_spec::connection_timeout_ms, 100, 600000,
+              "a peer silent this long is declared lost (must exceed heartbeat_interval_ms)"),
+           flag_choice("security", &c::cluster, &cluster_spec::tls, "plain", "tls",
+                       "tls: nodes authenticate each other with certificates from certs_dir (mutual TLS); plain: no "
+                       "authentication or encryption (say so explicitly; for loopback tests)"),
+           text("certs_dir", &c::cluster, &cluster_spec::certs_dir,
+                "directory of ca.pem and NODE.pem / NODE.key (areal --config T --make-certs writes them)"),
+           text("weight_transport", &c::cluster, &cluster_spec::weight_transport,
+                "how new weights reach rollout nodes: gloo (a c10d Gloo link per node), nccl (a two-rank NCCL "
+                "communicator per node; GPU builds) or caf (chunk messages)",
+                {"gloo", "caf", "nccl"}),
+           chunk,
+           in("transfer_timeout_ms", &c::cluster, &cluster_spec::transfer_timeout_ms, 100, 3600000,
+              "deadline of one weight transfer to one node"),
+           in("request_timeout_s", &c::cluster, &cluster_spec::request_timeout_s, 1, 86400,
+              "deadline of one generation or reward request; a sample whose request fails is generated again"),
+       }});
+  t.push_back({"model",
+               false,
+               "The policy model: a preset or a Hugging Face directory, and where it runs.",
+               {
+                   text("preset", &c::model, &model_spec::preset,
+                        "model shape when no path is given (micro: about 0.1 M parameters, tiny: about 3 M, small: "
+                        "about 25 M)",
+                        {"micro", "tiny", "small"}),
+                   optional_path("path", &c::model, &model_spec::path,
+                                 "Hugging Face model directory to load, or - for a fresh preset"),
+                   text("device", &c::model, &model_spec::device,
+                        "where the model runs; this build runs it on cpu only (GPUs: a later release)"),
+                   text("dtype", &c::model, &model_spec::dtype,
+                        "parameter and activation type; this build computes in float32 only",
+                        {"float32", "bfloat16", "float16"}),
+               }});
+  t.push_back(
+      {"reward",
+       false,
+       "The reward service: verification workers and the code sandbox.",
+       {
+           in("workers", &c::reward, &reward_spec::workers, 1, 256, "parallel verification workers (one thread each)"),
+           in("queue_capacity", &c::reward, &reward_spec::queue_capacity, 1, 1e6,
+              "verifications accepted at once (queued + running); more are refused: back-pressure"),
+           in("timeout_s", &c::reward, &reward_spec::timeout_s, 0.1, 3600,
+              "deadline of one verification; past it the verdict is timeout"),
+           text("python", &c::reward, &reward_spec::python,
+                "interpreter for code tasks (absolute path, readable by the sandbox user)"),
+           text("sandbox_user", &c::reward, &reward_spec::sandbox_user,
+                "unprivileged user that runs sandboxed programs when areal runs as root"),
+           in("memory_mb", &c::reward, &reward_spec::memory_mb, 16, 65536,
+              "address-space limit of a sandboxed program"),
+           in("output_kb", &c::reward, &reward_spec::output_kb, 1, 1048576,
+              "stdout + stderr kept from a sandboxed program; writing more ends it"),
+           in("math_relative_tolerance", &c::reward, &reward_spec::math_relative_tolerance, 0, 1,
+              "tolerance for math answers written as decimals"),
+           in("countdown_use_all_numbers", &c::reward, &reward_spec::countdown_use_all_numbers, -inf, inf,
+              "countdown answers must use every given number"),
+       }});
+  t.push_back(
+      {"task",
+       false,
+       "The training and evaluation prompts: a seeded generator or JSONL files.",
+       {
+           text("kind", &c::task, &task_spec::kind,
+                "running_sums: the built-in generator; jsonl: train_path and eval_path", {"running_sums", "jsonl"}),
+           optional_path("train_path", &c::task, &task_spec::train_path, "JSONL training prompts (kind jsonl)"),
+           optional_path("eval_path", &c::task, &task_spec::eval_path,
+                         "JSONL held-out prompts (kind jsonl; - : the first eval.prompts training items are held out)"),
+           in("max_value", &c::task, &task_spec::max_value, 1, 1e6, "running sums: largest term"),
+           in("median_terms", &c::task, &task_spec::median_terms, 2, 64,
+              "running sums: median number of terms (log-normal)"),
+           in("max_terms", &c::task, &task_spec::max_terms, 2, 64, "running sums: most terms"),
+           in("truncated_fraction", &c::task, &task_spec::truncated_fraction, 0, 1,
+              "running sums: share of SFT demonstrations that stop one partial sum short (RL teaches to finish)"),
+       }});
+  t.push_back({"sft",
+               false,
+               "The supervised warm start on worked solutions, before RL.",
+               {
+                   in("steps", &c::sft, &sft_spec::steps, 0, 1e7, "optimizer steps (0: no warm start)"),
+                   in("batch_size", &c::sft, &sft_spec::batch_size, 1, 1e5, "demonstrations per step"),
+                   in("lr", &c::sft, &sft_spec::lr, 0, 1, "peak learning rate (cosine decay to a tenth)"),
+                   in("warmup_steps", &c::sft, &sft_spec::warmup_steps, 0, 1e7, "linear warmup steps"),
+               }});
+  t.push_back(
+      {"rl",
+       false,
+       "Reinforcement learning: the pipeline, the staleness bound and the decoupled PPO objective.",
+       {
+           flag_choice("mode", &c::rl, &rl_spec::synchronous, "async", "sync",
+                       "async: rollout and trainer run concurrently under eta; sync: they alternate (eta = 0)"),
+           in("steps", &c::rl, &rl_spec::steps, 0, 1e7, "training steps (policy versions) of the run"),
+           in("eta", &c::rl, &rl_spec::eta, 0, 1000, "staleness bound in versions (async mode)"),
+           in("group_size", &c::rl, &rl_spec::group_size, 1, 4096, "samples per prompt (one group)"),
+           in("batch_size", &c::rl, &rl_spec::batch_size, 1, 1e6,
+              "trajectories per training step; a multiple of group_size"),
+           in("max_new_tokens", &c::rl, &rl_spec::max_new_tokens, 1, 1e6, "longest response"),
+           in("temperature", &c::rl, &rl_spec::temperature, 0.01, 100,
+              "sampling temperature (the trainer uses the same)"),
+           in("top_k", &c::rl, &rl_spec::top_k, 0, 1e6, "sampling: only the k most likely tokens (0: off)"),
+           in("top_p", &c::rl, &rl_spec::top_p, 0.001, 1,
+              "sampling: only the most likely tokens whose probabilities add up to top_p (1: off)"),
+           in("lr", &c::rl, &rl_spec::lr, 0, 1, "learning rate (constant after warmup)"),
+           in("warmup_steps", &c::rl, &rl_spec::warmup_steps, 0, 1e7, "linear warmup steps"),
+           text("estimator", &c::rl, &rl_spec::estimator, "group-relative advantage estimator",
+                {"grpo", "dr_grpo", "rloo"}),
+           in("clip", &c::rl, &rl_spec::clip, 0, 10, "PPO clip range epsilon"),
+           in("dual_clip", &c::rl, &rl_spec::dual_clip, 0, 1000,
+              "dual clip c > 1: the loss of a negative-advantage token is at most c times its advantage (0: off)"),
+           in("behaviour_cap", &c::rl, &rl_spec::behaviour_cap, 1, 1e6,
+              "tokens whose importance weight pi_prox/pi_behav exceeds this are masked (or clamped)"),
+           flag_choice("behaviour_mode", &c::rl, &rl_spec::behaviour_clamp, "mask", "clamp",
+                       "tokens over behaviour_cap: mask (left out of the loss) or clamp (weight set to the cap)"),
+           in("decoupled", &c::rl, &rl_spec::decoupled, -inf, inf,
+              "decoupled PPO (behaviour, proximal, current policy); false: plain PPO anchored at the behaviour "
+              "policy"),
+           in("kl_coef", &c::rl, &rl_spec::kl_coef, 0, 100,
+              "weight of the KL penalty to the policy RL started from (0: off; one more forward pass per batch)"),
+           text("kl_estimator", &c::rl, &rl_spec::kl_estimator, "estimator of the KL penalty", {"k1", "k2", "k3"}),
+           in("reward_bias", &c::rl, &rl_spec::reward_bias, -1e6, 1e6,
+              "reward shaping before advantages: r' = clip((r + bias) * scale)"),
+           in("reward_scale", &c::rl, &rl_spec::reward_scale, -1e6, 1e6, "reward shaping: the scale"),
+           in("reward_clip", &c::rl, &rl_spec::reward_clip, 0, 1e6, "reward shaping: |r'| <= clip (0: no clip)"),
+           in("overlong_buffer", &c::rl, &rl_spec::overlong_buffer, 0, 1e6,
+              "responses longer than max_new_tokens - overlong_buffer lose up to overlong_factor of reward, "
+              "linearly (0: off)"),
+           in("overlong_factor", &c::rl, &rl_spec::overlong_factor, 0, 1e6,
+              "the reward lost by a response of max_new_tokens"),
+           in("ppo_minibatches", &c::rl, &rl_spec::ppo_minibatches, 1, 1024, "optimizer steps per training batch"),
+           in("max_tokens_per_mb", &c::rl, &rl_spec::max_tokens_per_mb, 16, 1e9,
+              "token budget of one packed micro-batch"),
+           in("rollout_workers", &c::rl, &rl_spec::rollout_workers, 1, 1024, "generation engines on this node"),
+           in("rollout_slots", &c::rl, &rl_spec::rollout_slots, 1, 1e5, "sequences one engine decodes together"),
+           in("max_concurrent", &c::rl, &rl_spec::max_concurrent, 1, 1e6, "requests in flight over all engines"),
+           in("checkpoint_every", &c::rl, &rl_spec::checkpoint_every, 0, 1e7,
+              "steps between run checkpoints (0: only at the end and on SIGINT)"),
+       }});
+  t.push_back(
+      {"eval",
+       false,
+       "Held-out evaluation with greedy decoding.",
+       {
+           in("prompts", &c::eval, &eval_spec::prompts, 0, 1e7, "held-out prompts (0: no evaluation)"),
+           in("every", &c::eval, &eval_spec::every, 0, 1e7, "steps between evaluations (0: before and after only)"),
+       }});
+  auto name = node_key("name", &node_spec::name, -inf, inf, "unique node name, used by --node");
+  name.required = true;
+  auto roles =
+      base("roles", kind::string_list, -inf, inf, {"controller", "trainer", "rollout", "reward"}, "what the node runs");
+  roles.required = true;
+  roles.get_node = [](const node_spec& n) {
+    std::vector<std::string> out;
+    for (auto r : n.roles)
+      out.emplace_back(to_string(r));
+    return value{out};
+  };
+  roles.set_node = [](node_spec& n, const toml::node& x) {
+    n.roles.clear();
+    for (auto& r : *x.as_array())
+      n.roles.push_back(*parse_role(r.value_or(std::string{})));
+  };
+  t.push_back(
+      {"nodes",
+       true,
+       "One [[nodes]] entry per process of the topology.",
+       {
+           name,
+           node_key("host", &node_spec::host, -inf, inf, "address the node listens on and peers connect to"),
+           node_key("port", &node_spec::port, 0, 65535, "TCP port (0: no listening; only for a single-node topology)"),
+           roles,
+           node_key("compute_threads", &node_spec::compute_threads, 1, 1024, "threads for LibTorch work on this node"),
+       }});
+  return t;
+}
+
+}  // namespace
+
+const std::vector<section>& table() {
+  static const std::vector<section> sections = make_table();
+  return sections;
+}
+
+run_config extract(const toml::table& root, const std::string& source) {
+  run_config c;
+  c.source = source;
+  for (auto& s : table()) {
+    if (!s.array_of_tables) {
+      auto& t = *root[s.name].as_table();
+      for (auto& f : s.settings)
+        f.set(c, *t.get(f.key));
+      continue;
+    }
+    for (auto& entry : *root[s.name].as_array()) {
+      auto& t = *entry.as_table();
+      node_spec n;
+      for (auto& f : s.settings)
+        f.set_node(n, *t.get(f.key));
+      c.nodes.push_back(std::move(n));
+    }
+  }
+  std::ostringstream os;
+  os << "# Resolved configuration of run \"" << c.run.name << "\": read from " << source
+     << ", overrides applied, defaults filled in.\n"
+     << root << "\n";
+  c.resolved_toml = os.str();
+  return c;
+}
+
+}  // namespace areal::settings
