@@ -23,6 +23,6 @@ srun --kill-on-bad-exit=0 bash -c '
   NODES=('"${NODES[*]}"')
   NODE=${NODES[$SLURM_PROCID]}
   EXTRA=()
-  if [ "$NODE" = head ] && [ -f runs/cluster/checkpoint/controller_state.json ]; then EXTRA=(--resume); fi
+  if [ "$NODE" = head ] && [ -f runs/cluster/checkpoint/controller_state.capnp ]; then EXTRA=(--resume); fi
   exec ./build/areal --config '"$CONFIG"' --node "$NODE" "${EXTRA[@]}"
 '

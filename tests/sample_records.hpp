@@ -81,6 +81,27 @@ inline node_hello sample_hello() {
   return x;
 }
 
+inline run_state sample_run_state() {
+  run_state x;
+  x.version = 12;
+  x.steps = 12;
+  x.trained = 384;
+  x.dropped = 40;
+  x.admitted = 424;
+  x.drop_reasons = {{"staler than the bound", 32}, {"rollout worker: deadline (3 attempts)", 8}};
+  x.max_staleness = 2;
+  x.reward_mean_first = 0.125;
+  x.reward_mean_last = 0.5;
+  x.source_position = 61;
+  x.requeue = {55, 58, 60};
+  x.dropped_positions = {7, 19};
+  x.next_group = 70;
+  x.generated_tokens = 9000;
+  x.trained_tokens = 8100;
+  x.elapsed_s = 42.5;
+  return x;
+}
+
 inline node_stats sample_stats() {
   node_stats x;
   x.node_name = "head";

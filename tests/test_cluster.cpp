@@ -255,7 +255,7 @@ TEST_CASE("losing the head stops every node and the restarted run resumes from i
   }
   // The last checkpoint (every 4 steps) is intact; the run resumes from it.
   auto checkpoint = c.dir.path / "runs/four-nodes/checkpoint";
-  REQUIRE(std::filesystem::exists(checkpoint / "controller_state.json"));
+  REQUIRE(std::filesystem::exists(checkpoint / "controller_state.capnp"));
   auto procs = c.start_all("-again", {"--resume"});
   auto& head = *procs[0];
   REQUIRE_MESSAGE(head.wait_exit(150s) == 0, head.log());

@@ -81,6 +81,7 @@ TEST_CASE("random and truncated and corrupted bytes never crash the decoders") {
   check("reward_task", fuzz(test::sample_task(), 6));
   check("node_hello", fuzz(test::sample_hello(), 4));
   check("node_stats", fuzz(test::sample_stats(), 5));
+  check("run_state", fuzz(test::sample_run_state(), 7));
 }
 
 TEST_CASE("a list claiming more elements than the message holds is refused") {

@@ -41,6 +41,7 @@ TEST_CASE("every record type round-trips through its Cap'n Proto bytes") {
   check_round_trip(test::sample_task());
   check_round_trip(test::sample_hello());
   check_round_trip(test::sample_stats());
+  check_round_trip(test::sample_run_state());
   check_round_trip(generation_request{});  // defaults survive too
   check_round_trip(trajectory{});
 }
@@ -127,4 +128,15 @@ TEST_CASE("checksum is XXH64 and sensitive to every byte") {
   CHECK(checksum(a.data(), a.size()) == checksum(a.data(), a.size()));
   std::string b = "areaL";
   CHECK(checksum(a.data(), a.size()) != checksum(b.data(), b.size()));
+}
+
+TEST_CASE("a run checkpoint with impossible counters is refused") {
+  auto x = test::sample_run_state();
+  x.admitted = x.trained + x.dropped + 1;  // a sample neither trained nor dropped
+  auto back = decode<run_state>(*encode(x));
+  REQUIRE(!back);
+  CHECK(describe(back.error()).find("impossible counters") != std::string::npos);
+  x = test::sample_run_state();
+  x.version = -1;
+  CHECK(!decode<run_state>(*encode(x)));
 }

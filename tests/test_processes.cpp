@@ -153,7 +153,7 @@ TEST_CASE("the single-node default runs the RL job; SIGINT checkpoints it and --
   }
   auto run_dir = dir.path / "runs" / "single-node";
   CHECK(std::filesystem::exists(run_dir / "checkpoint" / "trainer_state.json"));
-  CHECK(std::filesystem::exists(run_dir / "checkpoint" / "controller_state.json"));
+  CHECK(std::filesystem::exists(run_dir / "checkpoint" / "controller_state.capnp"));
   CHECK(std::filesystem::exists(run_dir / "trace.json"));
   CHECK(std::filesystem::exists(run_dir / "config.toml"));
   {

@@ -56,7 +56,7 @@ void save_checkpoint(controller_pointer self, F then) {
   }
   st.checkpointing = true;
   self->request(st.setup.trainer, caf::infinite, checkpoint_atom::value, st.setup.checkpoint_dir,
-                checkpoint_record(st).to_json())
+                checkpoint_record(st).to_bytes())
       .then(
           [self, then](int64_t version) mutable {
             self->state.checkpointing = false;

@@ -408,7 +408,7 @@ void trainer::save_checkpoint(const std::string& directory,
                       {"skipped_in_row", skipped_in_row_},  {"rng", rng.str()},
                       {"parameters", model_.flat().numel()}};
   for (auto& [name, contents] : extra_files) {
-    std::ofstream extra(fresh / name);
+    std::ofstream extra(fresh / name, std::ios::binary);
     extra << contents;
     if (!extra)
       throw training_error((fresh / name).string() + ": cannot write the checkpoint");

@@ -17,6 +17,7 @@
 #include "control.capnp.h"
 #include "generation.capnp.h"
 #include "reward.capnp.h"
+#include "run_state.capnp.h"
 #include "trajectory.capnp.h"
 #include "weights.capnp.h"
 
@@ -471,6 +472,73 @@ caf::expected<node_stats> decode<node_stats>(const char* data, size_t size) {
                                                   x.bytes_sent = r.getBytesSent();
                                                   return x;
                                                 });
+}
+
+// -- run_state ----------------------------------------------------------------
+
+caf::expected<std::vector<char>> encode(const run_state& x) {
+  capnp::MallocMessageBuilder builder;
+  auto root = builder.initRoot<wire::RunState>();
+  root.setSchemaVersion(schema_version);
+  root.setVersion(x.version);
+  root.setSteps(x.steps);
+  root.setAdmitted(x.admitted);
+  root.setTrained(x.trained);
+  root.setDropped(x.dropped);
+  auto drops = root.initDropReasons(static_cast<unsigned>(x.drop_reasons.size()));
+  unsigned i = 0;
+  for (auto& [reason, count] : x.drop_reasons) {
+    drops[i].setReason(reason);
+    drops[i].setCount(count);
+    ++i;
+  }
+  root.setMaxStaleness(x.max_staleness);
+  root.setRewardMeanFirst(x.reward_mean_first);
+  root.setRewardMeanLast(x.reward_mean_last);
+  root.setSourcePosition(x.source_position);
+  auto requeue = root.initRequeue(static_cast<unsigned>(x.requeue.size()));
+  for (unsigned k = 0; k < x.requeue.size(); ++k)
+    requeue.set(k, x.requeue[k]);
+  auto dropped = root.initDroppedPositions(static_cast<unsigned>(x.dropped_positions.size()));
+  for (unsigned k = 0; k < x.dropped_positions.size(); ++k)
+    dropped.set(k, x.dropped_positions[k]);
+  root.setNextGroup(x.next_group);
+  root.setGeneratedTokens(x.generated_tokens);
+  root.setTrainedTokens(x.trained_tokens);
+  root.setElapsedS(x.elapsed_s);
+  return finish(builder);
+}
+
+template <>
+caf::expected<run_state> decode<run_state>(const char* data, size_t size) {
+  return read_root<wire::RunState, run_state>(
+      "run_state", data, size, [](wire::RunState::Reader r) -> caf::expected<run_state> {
+        run_state x;
+        x.version = r.getVersion();
+        x.steps = r.getSteps();
+        x.admitted = r.getAdmitted();
+        x.trained = r.getTrained();
+        x.dropped = r.getDropped();
+        for (auto d : r.getDropReasons())
+          x.drop_reasons[to_std(d.getReason())] += d.getCount();
+        x.max_staleness = r.getMaxStaleness();
+        x.reward_mean_first = r.getRewardMeanFirst();
+        x.reward_mean_last = r.getRewardMeanLast();
+        x.source_position = r.getSourcePosition();
+        for (auto p : r.getRequeue())
+          x.requeue.push_back(p);
+        for (auto p : r.getDroppedPositions())
+          x.dropped_positions.push_back(p);
+        x.next_group = r.getNextGroup();
+        x.generated_tokens = r.getGeneratedTokens();
+        x.trained_tokens = r.getTrainedTokens();
+        x.elapsed_s = r.getElapsedS();
+        if (x.version < 0 || x.steps < 0 || x.trained < 0 || x.dropped < 0 || x.admitted != x.trained + x.dropped)
+          return invalid("run_state: impossible counters (version " + std::to_string(x.version) + ", steps " +
+                         std::to_string(x.steps) + ", admitted " + std::to_string(x.admitted) + " != trained " +
+                         std::to_string(x.trained) + " + dropped " + std::to_string(x.dropped) + ")");
+        return x;
+      });
 }
 
 }  // namespace areal

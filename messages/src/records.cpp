@@ -21,9 +21,19 @@ bool trajectory_timestamps::operator==(const trajectory_timestamps& o) const {
 
 bool trajectory::operator==(const trajectory& o) const {
   return std::tie(prompt_id, group_id, sample_index, prompt_tokens, output_tokens, behaviour_logprobs, token_versions,
-                  finish, reward, judged, verdict_detail, timestamps, producer, prompt_version) ==
-         std::tie(o.prompt_id, o.group_id, o.sample_index, o.prompt_tokens, o.output_tokens, o.behaviour_logprobs,
-                  o.token_versions, o.finish, o.reward, o.judged, o.verdict_detail, o.timestamps, o.producer, o.prompt_version);
+                  finish, reward, judged, verdict_detail, timestamps, producer,
+                  prompt_version) == std::tie(o.prompt_id, o.group_id, o.sample_index, o.prompt_tokens, o.output_tokens,
+                                              o.behaviour_logprobs, o.token_versions, o.finish, o.reward, o.judged,
+                                              o.verdict_detail, o.timestamps, o.producer, o.prompt_version);
+}
+
+bool run_state::operator==(const run_state& o) const {
+  return std::tie(version, steps, admitted, trained, dropped, drop_reasons, max_staleness, reward_mean_first,
+                  reward_mean_last, source_position, requeue, dropped_positions, next_group, generated_tokens,
+                  trained_tokens, elapsed_s) ==
+         std::tie(o.version, o.steps, o.admitted, o.trained, o.dropped, o.drop_reasons, o.max_staleness,
+                  o.reward_mean_first, o.reward_mean_last, o.source_position, o.requeue, o.dropped_positions,
+                  o.next_group, o.generated_tokens, o.trained_tokens, o.elapsed_s);
 }
 
 bool tensor_entry::operator==(const tensor_entry& o) const {

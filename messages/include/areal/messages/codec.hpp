@@ -43,6 +43,7 @@ caf::expected<std::vector<char>> encode(const weight_manifest& x);
 caf::expected<std::vector<char>> encode(const reward_task& x);
 caf::expected<std::vector<char>> encode(const node_hello& x);
 caf::expected<std::vector<char>> encode(const node_stats& x);
+caf::expected<std::vector<char>> encode(const run_state& x);
 
 /// decode<T>(bytes): the record, or an error saying what is wrong with the bytes.
 template <class T>

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -127,6 +128,27 @@ struct node_hello {
   std::string build;
   int64_t wall_clock_ns = 0;
   bool operator==(const node_hello&) const;
+};
+
+/// The controller's state in a run checkpoint (messages/run_state.capnp).
+struct run_state {
+  int64_t version = 0;
+  int64_t steps = 0;
+  int64_t admitted = 0;  // = trained + dropped: unfinished work is re-queued, not counted
+  int64_t trained = 0;
+  int64_t dropped = 0;
+  std::map<std::string, int64_t> drop_reasons;
+  int64_t max_staleness = 0;
+  double reward_mean_first = 0;
+  double reward_mean_last = 0;
+  uint64_t source_position = 0;             // prompts taken from the stream
+  std::vector<uint64_t> requeue;            // stream positions of groups started but not trained
+  std::vector<uint64_t> dropped_positions;  // stream positions of the groups dropped (with a reason)
+  uint64_t next_group = 0;
+  int64_t generated_tokens = 0;
+  int64_t trained_tokens = 0;
+  double elapsed_s = 0;  // run time before this checkpoint
+  bool operator==(const run_state&) const;
 };
 
 struct node_stats {
