@@ -1,4 +1,5 @@
-// The node actor: handshake, probe exchange, peer monitoring, run end.
+// The node actor: handshake, probe exchange, peer monitoring, run end (the
+// connection phase of a node other than the controller's is node_connect.cpp).
 #include <algorithm>
 #include <chrono>
 #include <map>
@@ -14,6 +15,7 @@
 #include "areal/actors/rl_job.hpp"
 #include "areal/runtime/certs.hpp"
 #include "areal/runtime/log.hpp"
+#include "node_state.hpp"
 
 namespace areal {
 
@@ -33,7 +35,7 @@ const char* to_string(node_errc x) {
   return "unknown";
 }
 
-namespace {
+namespace node_detail {
 
 int64_t wall_clock_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -84,36 +86,6 @@ trajectory probe_trajectory(const std::string& producer, uint64_t seed) {
   t.producer = producer;
   return t;
 }
-
-struct peer {
-  node_actor handle;
-  node_hello hello;
-  bool probe_acked = false;     // our probe reached it intact
-  bool probe_received = false;  // its probe reached us
-};
-
-struct node_state {
-  static inline const char* name = "areal.node";
-  node_setup setup;
-  node_hello hello;
-  std::map<std::string, peer> peers;
-  std::vector<std::string> lost;  // names of peers lost so far
-  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
-  std::chrono::steady_clock::time_point connect_deadline;
-  std::chrono::milliseconds backoff{100};
-  int connect_attempts = 0;
-  bool self_probe_done = false;
-  bool all_joined = false;
-  bool finished = false;
-  node_stats stats;
-  caf::actor controller;  // RL, controller node: the job's controller and weight publisher
-  caf::actor publisher;
-  caf::actor members;                      // RL, other nodes: the agent of this node's rollout workers and reward pool
-  std::shared_ptr<tracer> trace;           // RL, other nodes: the members' spans, for the controller node's trace
-  int64_t controller_clock_offset_ns = 0;  // the controller node's wall clock minus ours (at the handshake)
-};
-
-using node_pointer = node_actor::stateful_pointer<node_state>;
 
 bool is_controller(node_pointer self) {
   return self->state.setup.self.has(role::controller);
@@ -259,115 +231,6 @@ caf::error refusal(node_pointer self, const node_hello& hello) {
                            "a node named \"" + hello.node_name + "\" is already connected (pid " +
                                std::to_string(i->second.hello.pid) + " on " + i->second.hello.hostname + ")");
   return {};
-}
-
-void connect_to_controller(node_pointer self);
-
-void retry_connect(node_pointer self, const std::string& why) {
-  auto& st = self->state;
-  auto& target = st.setup.config.controller_node();
-  if (std::chrono::steady_clock::now() + st.backoff > st.connect_deadline) {
-    finish(self, exit_unreachable,
-           "could not reach the controller node " + target.name + " at " + target.host + ":" +
-               std::to_string(target.port) + " within " + std::to_string(st.setup.config.cluster.connect_timeout_s) +
-               " s (" + std::to_string(st.connect_attempts) + " attempts; last error: " + why +
-               "). Start that node, or check its host and port in " + st.setup.config.source +
-               (uses_tls(st.setup.config) ? " (with cluster.security = \"tls\", a controller node without TLS shows as "
-                                            "this too)"
-                                          : ""));
-    return;
-  }
-  spdlog::debug("controller not reachable yet ({}); retrying in {} ms", why, st.backoff.count());
-  self->delayed_send(self, st.backoff, caf::connect_atom::value);
-  st.backoff = std::min(st.backoff * 2, std::chrono::milliseconds(2000));
-}
-
-void connect_to_controller(node_pointer self) {
-  auto& state = self->state;
-  auto& target = state.setup.config.controller_node();
-  state.connect_attempts++;
-  auto mm = uses_tls(state.setup.config) ? self->system().openssl_manager().actor_handle()
-                                         : self->system().middleman().actor_handle();
-  auto timeout = std::chrono::milliseconds(state.setup.config.cluster.connection_timeout_ms);
-  self->request(mm, timeout, caf::connect_atom::value, target.host, target.port)
-      .then(
-          [self, target](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>& ifs) {
-            auto& st = self->state;
-            if (!ptr || !self->system().assignable<node_actor>(ifs)) {
-              finish(self, exit_refused,
-                     "nothing at " + target.host + ":" + std::to_string(target.port) +
-                         " speaks the areal node protocol; is another program using that port?");
-              return;
-            }
-            auto handle = caf::actor_cast<node_actor>(ptr);
-            st.hello.wall_clock_ns = wall_clock_ns();
-            auto sent_ns = st.hello.wall_clock_ns;
-            auto hello = pack(st.hello);
-            self->request(handle, std::chrono::milliseconds(st.setup.config.cluster.connection_timeout_ms),
-                          std::move(*hello))
-                .then(
-                    [self, handle, target, sent_ns](packed<node_hello>& reply) {
-                      // Their clock read halfway through the round trip: the offset, NTP-style.
-                      self->state.controller_clock_offset_ns = 0;
-                      auto theirs = unpack(reply);
-                      if (theirs)
-                        self->state.controller_clock_offset_ns =
-                            theirs->wall_clock_ns - (sent_ns + (wall_clock_ns() - sent_ns) / 2);
-                      if (!theirs) {
-                        finish(self, exit_refused, "the controller's hello is unreadable: " + describe(theirs.error()));
-                        return;
-                      }
-                      if (auto err = refusal(self, *theirs)) {
-                        finish(self, exit_refused, "refusing the controller: " + describe(err));
-                        return;
-                      }
-                      admit_peer(self, handle, *theirs);
-                      send_probe(self, theirs->node_name, handle);
-                      auto& s = self->state;
-                      if (!probe_job(self) && !s.members) {
-                        // The RL run: this node's rollout workers and reward pool join it.
-                        s.trace = std::make_shared<tracer>("areal " + s.setup.self.name);
-                        s.members = spawn_node_members(self->system(), s.setup.config, s.setup.self, handle, s.trace);
-                        self->link_to(s.members);
-                      }
-                    },
-                    [self, target](caf::error& err) {
-                      // The controller read our hello and said no (node), or could not read it (wire):
-                      // retrying cannot help.
-                      if (err.category() == caf::atom("node") || err.category() == caf::atom("wire")) {
-                        finish(self, exit_refused,
-                               "the controller node " + target.name + " refused us: " + describe(err));
-                        return;
-                      }
-                      retry_connect(self, describe(err));
-                    });
-          },
-          [self, target](caf::error& err) {
-            auto& config = self->state.setup.config;
-            if (err == caf::sec::disconnect_during_handshake) {
-              // The peer ended the connection before BASP's handshake: its TLS
-              // layer refused our certificate (or our lack of one).
-              finish(self, exit_refused,
-                     "the node at " + target.host + ":" + std::to_string(target.port) +
-                         " closed the connection during the handshake: it refused this node's credentials (here "
-                         "cluster.security = \"" +
-                         (config.cluster.tls
-                              ? "tls\", certificate " +
-                                    tls_files_for(config.cluster.certs_dir, self->state.setup.self.name).certificate
-                              : std::string{"plain\""}) +
-                         "). Give every node certificates from one CA (areal --config " + config.source +
-                         " --make-certs) and the same cluster.security");
-              return;
-            }
-            if (err == caf::sec::incompatible_application_ids || err == caf::sec::incompatible_versions) {
-              finish(self, exit_refused,
-                     "the node at " + target.host + ":" + std::to_string(target.port) + " refused the connection (" +
-                         describe(err) + "): it belongs to another cluster (cluster.app_id differs from \"" +
-                         self->state.setup.config.cluster.app_id + "\") or runs another CAF version");
-              return;
-            }
-            retry_connect(self, describe(err));
-          });
 }
 
 void on_peer_down(node_pointer self, const caf::down_msg& down) {
@@ -566,7 +429,9 @@ node_actor::behavior_type node_behavior(node_pointer self, node_setup setup) {
   };
 }
 
-}  // namespace
+}  // namespace node_detail
+
+using namespace node_detail;
 
 node_hello make_hello(const node_setup& setup) {
   node_hello h;
