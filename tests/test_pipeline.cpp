@@ -254,19 +254,20 @@ namespace {
 
 // The step lines of a short synchronous run with `overrides` (same seeds, so
 // runs differ only by the keys set).
-std::vector<nlohmann::json> steps_of(const std::string& name, const std::vector<std::string>& overrides) {
+std::vector<nlohmann::json> steps_of(const std::string& name, const std::vector<std::string>& overrides,
+                                     int64_t steps = 3) {
   scratch_dir dir{"keys-" + name};
   std::vector<std::string> all = {"sft.steps=40", "eval.prompts=0", "rl.checkpoint_every=0"};
   all.insert(all.end(), overrides.begin(), overrides.end());
   std::atomic<bool> stop{false};
-  auto result = run_job(load(job_config("sync", 0, 3), all), dir.path, false, stop);
+  auto result = run_job(load(job_config("sync", 0, steps), all), dir.path, false, stop);
   REQUIRE_MESSAGE(result.exit_code == 0, result.why);
-  std::vector<nlohmann::json> steps;
+  std::vector<nlohmann::json> lines;
   for (auto& m : read_metrics(dir.path))
     if (m["event"] == "step")
-      steps.push_back(m);
-  REQUIRE(steps.size() == 3);
-  return steps;
+      lines.push_back(m);
+  REQUIRE(lines.size() == static_cast<size_t>(steps));
+  return lines;
 }
 
 double total(const std::vector<nlohmann::json>& steps, const char* key) {
@@ -298,6 +299,24 @@ TEST_CASE("sampling, KL and reward-shaping keys take effect in the run, in the d
   auto once = steps_of("dr1", {"rl.estimator=dr_grpo"});
   auto twice = steps_of("dr2", {"rl.estimator=dr_grpo", "rl.reward_scale=2.0"});
   CHECK(twice[0]["grad_norm"].get<double>() == doctest::Approx(2 * once[0]["grad_norm"].get<double>()).epsilon(0.02));
+  // Reward clip 0.5 halves rewards of 0 and 1, so under Dr. GRPO the first gradient too.
+  auto clipped = steps_of("clip", {"rl.estimator=dr_grpo", "rl.reward_clip=0.5"});
+  CHECK(clipped[0]["grad_norm"].get<double>() ==
+        doctest::Approx(0.5 * once[0]["grad_norm"].get<double>()).epsilon(0.02));
+
+  // Overlong penalty over the whole response (buffer = max_new_tokens): every token costs reward, so
+  // responses get shorter, where without it they grow (measured: about 1.1 against 7.5 tokens).
+  auto late_length = [](const std::vector<nlohmann::json>& steps) {
+    double sum = 0;
+    for (size_t i = steps.size() - 4; i < steps.size(); ++i)
+      sum += steps[i]["response_tokens_mean"].get<double>();
+    return sum / 4;
+  };
+  auto free_length = late_length(steps_of("long", {"rl.lr=3e-3"}, 8));
+  auto penalized_length = late_length(steps_of("short", {"rl.lr=3e-3", "rl.overlong_buffer=8"}, 8));
+  MESSAGE("response tokens over the last 4 steps: " << free_length << " without, " << penalized_length
+                                                    << " with the overlong penalty");
+  CHECK(penalized_length < 0.5 * free_length);
 
   // KL to the policy RL started from: measured and penalized once rl.kl_coef > 0.
   auto anchored = steps_of("kl", {"rl.kl_coef=0.5", "rl.lr=3e-3"});
