@@ -204,6 +204,8 @@ TEST_CASE("a rollout node killed mid-run loses no sample and rejoins with the cu
   cluster c{"sigkill-rollout", 40};
   auto procs = c.start_all();
   auto& head = *procs[0];
+  // gen-b holds samples only once its workers joined (after the warm start and its first weights).
+  REQUIRE_MESSAGE(head.wait_for("a rollout worker joined from node gen-b", 60s), head.log());
   REQUIRE_MESSAGE(c.wait_for_steps(6, head), head.log());  // mid-run
   procs[3]->kill(SIGKILL);
   CHECK(procs[3]->wait_exit(5s) == 128 + SIGKILL);

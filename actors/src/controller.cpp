@@ -41,13 +41,11 @@ void drop(controller_pointer self, sample_id id, const std::string& reason) {
   // A run whose every sample fails (a request no engine can take, a broken
   // verifier) would admit and drop forever: it stops and says why.
   if (++st.failures_in_row >= std::max<int64_t>(64, 4 * st.setup.batch_size)) {
-    st.phase = run_phase::draining;
     finish(self, 1,
            "the last " + std::to_string(st.failures_in_row) + " samples all failed; the last one: " + reason +
                ". Fix the configuration (e.g. rl.max_new_tokens against the model's context) and start again");
   }
 }
-
 
 // A sample whose generation failed (a lost node, a deadline, an aborted
 // sequence) is generated again, first in line; after 3 failures of its own it
@@ -74,7 +72,6 @@ void drain_reward_backlog(controller_pointer self) {
       return;  // plenty in flight; replies drain the rest
   }
 }
-
 
 // Sends a generated sample to the least loaded reward pool. A full pool queue
 // is back-pressure, not a failure: the sample waits and goes again when a
@@ -197,8 +194,7 @@ void on_join(controller_pointer self, const std::string& node, const std::string
     return;
   }
   bool rollout = role == "rollout";
-  auto name = (node.empty() ? std::string{"local"} : node) + "/" + role + "#" +
-              std::to_string(rollout ? st.rollouts.size() : st.rewards.size());
+  auto name = (node.empty() ? std::string{"local"} : node) + "/" + role + "#" + std::to_string(handle.id());
   if (!(rollout ? st.rollouts.add(handle, node, name) : st.rewards.add(handle, node, name)))
     return;
   self->monitor(handle);
@@ -207,7 +203,6 @@ void on_join(controller_pointer self, const std::string& node, const std::string
   drain_reward_backlog(self);
   fill(self);
 }
-
 
 // A member is gone: its unfinished samples are generated (or scored) again by
 // the others; none is lost or trained twice, since a late reply of the lost
@@ -279,7 +274,6 @@ void start(controller_pointer self, controller_setup setup) {
 }
 
 }  // namespace
-
 
 // Admits samples while a rollout worker has a free slot and the staleness gate
 // allows. Samples generated again were admitted already: they go even when the

@@ -70,7 +70,6 @@ void save_checkpoint(controller_pointer self, F then) {
           });
 }
 
-
 // An end was asked for while a step or a checkpoint was in flight: it happens now.
 bool end_if_asked(controller_pointer self) {
   auto& st = self->state;
@@ -97,7 +96,6 @@ void request_evaluation(controller_pointer self, const local_weights& weights) {
             spdlog::warn("evaluation failed: {}", describe(err));
           });
 }
-
 
 // New weights to every rollout worker: through the publisher when there is
 // one (local workers by pointer, remote nodes in bulk), else directly.
@@ -198,7 +196,6 @@ void finish(controller_pointer self, int32_t code, const std::string& why) {
     caf::anon_send(st.setup.listener, done_atom::value, code, why);
 }
 
-
 // Ends the run once no training step or checkpoint is in flight: final checkpoint, then done.
 void end_run(controller_pointer self, int32_t code, const std::string& why) {
   auto& st = self->state;
@@ -215,7 +212,6 @@ void end_run(controller_pointer self, int32_t code, const std::string& why) {
     finish(self, ok ? s.end_code : 1, ok ? s.end_why : s.end_why + "; the final checkpoint failed");
   });
 }
-
 
 void try_train(controller_pointer self) {
   auto& st = self->state;
@@ -248,7 +244,6 @@ void try_train(controller_pointer self) {
               finish(self, 1, "the trainer failed: " + describe(err));
             });
 }
-
 
 std::string ledger_json(const sample_ledger& ledger) {
   auto out = nlohmann::json::array();

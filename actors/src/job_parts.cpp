@@ -85,6 +85,18 @@ std::string alphabet_of(const run_config& c) {
 }  // namespace
 
 // -- model --------------------------------------------------------------------
+
+namespace {
+
+// A copy of the policy's parameters in a model of its own.
+std::shared_ptr<kernels::policy_model> policy_copy(const model_parts& m) {
+  auto copy = std::make_shared<kernels::policy_model>(m.config);
+  copy->flat().copy_(m.policy->flat());
+  return copy;
+}
+
+}  // namespace
+
 model_parts make_model(const run_config& c) {
   model_parts m;
   if (!c.model.path.empty()) {
@@ -140,11 +152,9 @@ std::vector<rollout_actor> spawn_rollout_workers(caf::actor_system& sys, const r
                                                  int64_t initial_version, const std::string& prefix) {
   std::vector<rollout_actor> rollouts;
   for (int64_t i = 0; i < c.rl.rollout_workers; ++i) {
-    auto copy = std::make_shared<kernels::policy_model>(m.config);
-    copy->flat().copy_(m.policy->flat());
     rollout_setup rs;
     rs.name = prefix + std::to_string(i);
-    rs.model = copy;
+    rs.model = policy_copy(m);
     rs.tokenizer = m.tokenizer;
     rs.engine = {c.rl.rollout_slots, max_sequence(m), 512, true};
     rs.initial_version = initial_version;
@@ -160,9 +170,7 @@ std::shared_ptr<kernels::policy_model> reference_policy(const std::filesystem::p
   auto kept = run_dir / "sft_model";
   if (resumed && fs::exists(kept / "config.json"))
     return std::make_shared<kernels::policy_model>(kernels::policy_model::load(kept.string()));
-  auto copy = std::make_shared<kernels::policy_model>(m.config);
-  copy->flat().copy_(m.policy->flat());
-  return copy;
+  return policy_copy(m);
 }
 
 }  // namespace areal::job

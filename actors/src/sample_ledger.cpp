@@ -134,8 +134,4 @@ std::vector<sample_entry> sample_ledger::entries() const {
   return out;
 }
 
-int64_t sample_ledger::count(sample_stage stage) const {
-  return std::count_if(entries_.begin(), entries_.end(), [stage](auto& kv) { return kv.second.stage == stage; });
-}
-
 }  // namespace areal

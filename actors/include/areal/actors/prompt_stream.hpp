@@ -67,7 +67,6 @@ class prompt_stream {
   /// The group was dropped: not re-queued by a checkpoint, its position recorded as dropped.
   void close_dropped(uint64_t group);
 
-  int64_t group_size() const { return group_size_; }
   size_t open_groups() const { return open_.size(); }
   size_t waiting() const { return pending_.size(); }
 

@@ -90,7 +90,6 @@ class sample_ledger {
   int64_t in_flight() const { return admitted_ - trained_ - dropped_; }
   /// Drops of this run, by reason.
   const std::map<std::string, int64_t>& drop_reasons() const { return drop_reasons_; }
-  int64_t count(sample_stage stage) const;
 
  private:
   sample_entry& at(sample_id id, std::initializer_list<sample_stage> allowed, const char* what);
