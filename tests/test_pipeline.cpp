@@ -64,65 +64,72 @@ rl_job_result run_job(const run_config& config, const std::filesystem::path& dir
   return run_rl_job(o, stop);
 }
 
+// One mode's whole run: it learns, accounts for every sample and writes its outputs.
+void check_learning_run(const std::string& mode, int64_t eta) {
+  INFO("mode " << mode << ", eta " << eta);
+  scratch_dir dir{"e2e-" + mode};
+  std::atomic<bool> stop{false};
+  auto config = load(job_config(mode, eta, 24));
+  auto result = run_job(config, dir.path, false, stop);
+  REQUIRE(result.exit_code == 0);
+  auto& s = result.stats;
+  CHECK(s.steps == 24);
+  CHECK(s.version == 24);
+  CHECK(s.trained == 24 * 32);
+  CHECK(s.admitted == s.trained + s.dropped);  // every admitted sample trained or dropped, once
+  CHECK(s.max_staleness <= eta);
+  // Held-out greedy accuracy rises over the warm start (conservative margin).
+  MESSAGE(mode << ": accuracy " << result.accuracy_before << " -> " << result.accuracy_after << ", admitted "
+               << s.admitted << ", dropped " << s.dropped << ", max staleness " << s.max_staleness);
+  CHECK(result.accuracy_after > result.accuracy_before + 0.05);
+
+  // The run directory: metrics per step with per-token versions, a trace, a checkpoint, a summary.
+  auto metrics = read_metrics(dir.path);
+  int64_t steps = 0;
+  std::set<uint64_t> trained_prompts;
+  for (auto& m : metrics) {
+    if (m["event"] != "step")
+      continue;
+    ++steps;
+    CHECK(m["staleness_trajectory_max"].get<int64_t>() <= eta);
+    int64_t versioned = 0;
+    for (auto n : m["staleness_token_histogram"])
+      versioned += n.get<int64_t>();
+    // Every trained token carries the version that sampled it.
+    CHECK(versioned == std::llround(m["response_tokens_mean"].get<double>() * m["samples"].get<double>()));
+    for (auto p : m["prompt_positions"])
+      CHECK(trained_prompts.insert(p.get<uint64_t>()).second);  // no prompt trained twice
+    for (auto key : {"loss", "grad_norm", "masked_fraction", "generation_tokens_per_s", "training_tokens_per_s",
+                     "weight_sync_s", "idle_fraction", "reward_mean", "accuracy"})
+      CHECK_MESSAGE(m.contains(key), key);
+  }
+  CHECK(steps == 24);
+  // The reward queue (one place) is often full: back-pressure delays samples, it loses none.
+  CHECK(result.reward.refused > 0);
+  for (auto& m : metrics)
+    if (m["event"] == "end")
+      for (auto& [reason, count] : m["drop_reasons"].items())
+        CHECK_MESSAGE(reason.find("reward service") == std::string::npos, reason << ": " << count);
+  CHECK(std::filesystem::exists(dir.path / "trace.json"));
+  auto trace = nlohmann::json::parse(std::ifstream(dir.path / "trace.json"));
+  std::set<std::string> tracks;
+  for (auto& e : trace["traceEvents"])
+    if (e["ph"] == "X")
+      tracks.insert(e["name"].get<std::string>());
+  for (auto what : {"generate", "train", "weight sync", "reward"})
+    CHECK_MESSAGE(tracks.count(what) == 1, what);
+  CHECK(std::filesystem::exists(dir.path / "checkpoint" / "trainer_state.json"));
+  CHECK(std::filesystem::exists(dir.path / "summary.json"));
+}
+
 }  // namespace
 
-TEST_CASE("the RL job learns in synchronous and asynchronous mode and accounts for every sample") {
-  for (auto [mode, eta] : {std::pair<std::string, int64_t>{"sync", 0}, {"async", 2}}) {
-    INFO("mode " << mode << ", eta " << eta);
-    scratch_dir dir{"e2e-" + mode};
-    std::atomic<bool> stop{false};
-    auto config = load(job_config(mode, eta, 24));
-    auto result = run_job(config, dir.path, false, stop);
-    REQUIRE(result.exit_code == 0);
-    auto& s = result.stats;
-    CHECK(s.steps == 24);
-    CHECK(s.version == 24);
-    CHECK(s.trained == 24 * 32);
-    CHECK(s.admitted == s.trained + s.dropped);  // every admitted sample trained or dropped, once
-    CHECK(s.max_staleness <= eta);
-    // Held-out greedy accuracy rises over the warm start (conservative margin).
-    MESSAGE(mode << ": accuracy " << result.accuracy_before << " -> " << result.accuracy_after << ", admitted "
-                 << s.admitted << ", dropped " << s.dropped << ", max staleness " << s.max_staleness);
-    CHECK(result.accuracy_after > result.accuracy_before + 0.05);
+TEST_CASE("the RL job learns in synchronous mode and accounts for every sample") {
+  check_learning_run("sync", 0);
+}
 
-    // The run directory: metrics per step with per-token versions, a trace, a checkpoint, a summary.
-    auto metrics = read_metrics(dir.path);
-    int64_t steps = 0;
-    std::set<uint64_t> trained_prompts;
-    for (auto& m : metrics) {
-      if (m["event"] != "step")
-        continue;
-      ++steps;
-      CHECK(m["staleness_trajectory_max"].get<int64_t>() <= eta);
-      int64_t versioned = 0;
-      for (auto n : m["staleness_token_histogram"])
-        versioned += n.get<int64_t>();
-      // Every trained token carries the version that sampled it.
-      CHECK(versioned == std::llround(m["response_tokens_mean"].get<double>() * m["samples"].get<double>()));
-      for (auto p : m["prompt_positions"])
-        CHECK(trained_prompts.insert(p.get<uint64_t>()).second);  // no prompt trained twice
-      for (auto key : {"loss", "grad_norm", "masked_fraction", "generation_tokens_per_s", "training_tokens_per_s",
-                       "weight_sync_s", "idle_fraction", "reward_mean", "accuracy"})
-        CHECK_MESSAGE(m.contains(key), key);
-    }
-    CHECK(steps == 24);
-    // The reward queue (one place) is often full: back-pressure delays samples, it loses none.
-    CHECK(result.reward.refused > 0);
-    for (auto& m : metrics)
-      if (m["event"] == "end")
-        for (auto& [reason, count] : m["drop_reasons"].items())
-          CHECK_MESSAGE(reason.find("reward service") == std::string::npos, reason << ": " << count);
-    CHECK(std::filesystem::exists(dir.path / "trace.json"));
-    auto trace = nlohmann::json::parse(std::ifstream(dir.path / "trace.json"));
-    std::set<std::string> tracks;
-    for (auto& e : trace["traceEvents"])
-      if (e["ph"] == "X")
-        tracks.insert(e["name"].get<std::string>());
-    for (auto what : {"generate", "train", "weight sync", "reward"})
-      CHECK_MESSAGE(tracks.count(what) == 1, what);
-    CHECK(std::filesystem::exists(dir.path / "checkpoint" / "trainer_state.json"));
-    CHECK(std::filesystem::exists(dir.path / "summary.json"));
-  }
+TEST_CASE("the RL job learns in asynchronous mode and accounts for every sample") {
+  check_learning_run("async", 2);
 }
 
 TEST_CASE("a stopped run resumes where it stopped: counters, data position and version continue") {
