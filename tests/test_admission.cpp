@@ -4,6 +4,8 @@
 #include <stdexcept>
 
 #include "areal/actors/admission.hpp"
+#include "areal/actors/run_metrics.hpp"
+#include "areal/actors/sample_store.hpp"
 
 using namespace areal;
 
@@ -67,13 +69,40 @@ TEST_CASE("restoring after a resume resets the counters to the version") {
 }
 
 namespace {
-trajectory sample(uint64_t group, uint32_t index) {
+// The summary the sample store gives of a trajectory (its slot: group * 10 + index).
+sample_summary sample(uint64_t group, uint32_t index) {
   trajectory t;
   t.group_id = group;
   t.sample_index = index;
-  return t;
+  return summarize(t, group * 10 + index);
 }
 }  // namespace
+
+TEST_CASE("a summary keeps ids, verdict, lengths and every token's version, run-length encoded") {
+  trajectory t;
+  t.group_id = 4;
+  t.sample_index = 2;
+  t.output_tokens = {5, 6, 7, 8, 9};
+  t.token_versions = {3, 3, 4, 4, 4};
+  t.reward = 0.5f;
+  t.judged = verdict::correct;
+  t.finish = finish_reason::length;
+  t.producer = "rollout-1";
+  auto s = summarize(t, 17);
+  CHECK(s.slot == 17);
+  CHECK(s.group_id == 4);
+  CHECK(s.sample_index == 2);
+  CHECK(s.output_tokens == 5);
+  CHECK(s.version_runs == std::vector<int64_t>{3, 2, 4, 3});
+  CHECK(oldest_version(s, 99) == 3);
+  CHECK(s.reward == 0.5f);
+  CHECK(static_cast<verdict>(s.judged) == verdict::correct);
+  CHECK(static_cast<finish_reason>(s.finish) == finish_reason::length);
+  CHECK(s.producer == "rollout-1");
+  auto facts = describe_batch({s}, 5);
+  CHECK(facts.staleness_token_histogram == std::vector<int64_t>{0, 3, 2});  // 3 tokens 1 behind, 2 tokens 2 behind
+  CHECK(facts.staleness_trajectory_max == 2);
+}
 
 TEST_CASE("a group enters a batch only when complete, oldest groups first") {
   group_buffer buffer(3);
@@ -104,6 +133,11 @@ TEST_CASE("a dropped sample drops its whole group with the reason counted") {
   CHECK(buffer.ready_trajectories() == 0);
   CHECK(buffer.pending_groups() == 0);
   CHECK(buffer.dropped().at("rollout worker lost") == 4);
+  // The delivered member's trajectory is named, so that the store forgets it.
+  auto closed = buffer.take_dropped_groups();
+  REQUIRE(closed.size() == 2);
+  CHECK(closed[0].slots == std::vector<uint64_t>{70});
+  CHECK(closed[1].slots.empty());
 }
 
 TEST_CASE("groups older than the bound are dropped when a batch is formed") {
@@ -115,7 +149,7 @@ TEST_CASE("groups older than the bound are dropped when a batch is formed") {
     t.output_tokens.assign(versions.size(), 1);
     t.behaviour_logprobs.assign(versions.size(), 0.0f);
     t.token_versions = std::move(versions);
-    return t;
+    return summarize(t, group * 10 + index);
   };
   buffer.add(with_versions(1, 0, {3, 4}));
   buffer.add(with_versions(1, 1, {5}));  // one token of version 3: stale at min_version 4

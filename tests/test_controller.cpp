@@ -1,7 +1,7 @@
 // The controller's protocol, deterministically: CAF's test coordinator runs
 // every actor on the test's thread, and fake rollout workers, reward pools and
 // trainers keep the test's own record of what they saw. Loss of a member,
-// retries, back-pressure, the end of the run, the staleness gate at the moment
+// retries, a lost reward pool, the end of the run, the staleness gate at the moment
 // of admission, and the ledger against the independent record.
 #include <doctest/doctest.h>
 
@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "areal/actors/controller.hpp"
+#include "areal/actors/sample_store.hpp"
 #include "node_process.hpp"
 
 using namespace areal;
@@ -46,9 +47,10 @@ struct rollout_behaviour {
 rollout_actor fake_rollout(caf::actor_system& sys, std::shared_ptr<record> rec, rollout_behaviour how) {
   return sys.spawn([rec, how](rollout_actor::pointer self) -> rollout_actor::behavior_type {
     auto attempts = std::make_shared<std::map<key, int>>();
-    auto held = std::make_shared<std::vector<caf::typed_response_promise<packed<trajectory>, std::string>>>();
+    auto held = std::make_shared<std::vector<caf::typed_response_promise<sample_summary>>>();
     return {
-        [=](packed<generation_request>& msg) -> caf::result<packed<trajectory>, std::string> {
+        [=](packed<generation_request>& msg, packed<reward_task>& task, caf::actor& pool,
+            caf::actor& store) -> caf::result<sample_summary> {
           auto r = *unpack(msg);
           rec->requests.push_back(r);
           key k{r.group_id, r.sample_index};
@@ -56,7 +58,7 @@ rollout_actor fake_rollout(caf::actor_system& sys, std::shared_ptr<record> rec, 
           if (what == answer::fail)
             return caf::make_error(caf::sec::runtime_error, "fake failure");
           if (what == answer::hold) {
-            held->push_back(self->make_response_promise<packed<trajectory>, std::string>());
+            held->push_back(self->make_response_promise<sample_summary>());
             return held->back();
           }
           trajectory t;
@@ -70,26 +72,38 @@ rollout_actor fake_rollout(caf::actor_system& sys, std::shared_ptr<record> rec, 
           t.finish = what == answer::aborted ? finish_reason::aborted : finish_reason::stop;
           t.producer = "fake";
           rec->generated.insert(k);
-          return {*pack(t), std::string{"3"}};
+          // On as the real worker sends it: to the pool, which hands it to the store.
+          return self->delegate(caf::actor_cast<reward_pool_actor>(pool), *pack(t), std::string{"3"}, task, store);
+        },
+        [](packed<generation_request>&) -> caf::result<packed<trajectory>, std::string> {
+          return caf::make_error(caf::sec::unexpected_message, "the controller asks for generation with scoring");
         },
         [](local_weights&) {},
         [](step_atom) {},
+        [](caf::tick_atom) {},
     };
   });
 }
 
-// A reward pool that refuses `refuse_every`-th request with queue_full (0: never).
-reward_pool_actor fake_reward(caf::actor_system& sys, std::shared_ptr<record> rec, int refuse_every) {
-  return sys.spawn([rec, refuse_every](reward_pool_actor::pointer) -> reward_pool_actor::behavior_type {
+// A reward pool that scores even sample indices correct; with `hold`, it never answers.
+reward_pool_actor fake_reward(caf::actor_system& sys, std::shared_ptr<record> rec, bool hold) {
+  return sys.spawn([rec, hold](reward_pool_actor::pointer self) -> reward_pool_actor::behavior_type {
+    auto held = std::make_shared<std::vector<caf::typed_response_promise<sample_summary>>>();
     return {
-        [=](packed<trajectory>& msg, std::string&, packed<reward_task>&) -> caf::result<packed<trajectory>> {
-          auto n = ++rec->reward_requests;
-          if (refuse_every > 0 && n % refuse_every == 0)
-            return caf::make_error(reward_errc::queue_full);
+        [=](packed<trajectory>&, std::string&, packed<reward_task>&) -> caf::result<packed<trajectory>> {
+          return caf::make_error(caf::sec::unexpected_message, "the controller's samples go on to the store");
+        },
+        [=](packed<trajectory>& msg, std::string&, packed<reward_task>&,
+            caf::actor& store) -> caf::result<sample_summary> {
+          ++rec->reward_requests;
+          if (hold) {
+            held->push_back(self->make_response_promise<sample_summary>());
+            return held->back();
+          }
           auto t = *unpack(msg);
           t.reward = t.sample_index % 2 == 0 ? 1.0f : 0.0f;
           t.judged = t.reward > 0 ? verdict::correct : verdict::wrong;
-          return *pack(t);
+          return self->delegate(caf::actor_cast<sample_store_actor>(store), *pack(t));
         },
         [](stats_atom) { return reward_pool_stats{}; },
     };
@@ -99,20 +113,22 @@ reward_pool_actor fake_reward(caf::actor_system& sys, std::shared_ptr<record> re
 trainer_actor fake_trainer(caf::actor_system& sys, std::shared_ptr<record> rec) {
   return sys.spawn([rec](trainer_actor::pointer) -> trainer_actor::behavior_type {
     return {
-        [=](train_atom, std::vector<packed<trajectory>>& batch) -> caf::result<train_report, local_weights> {
+        [=](train_atom, local_batch& batch) -> caf::result<train_report> {
           train_report report;
-          for (auto& p : batch) {
-            auto t = *unpack(p);
+          for (auto& t : *batch.trajectories) {
             rec->trained.emplace_back(t.group_id, t.sample_index);
             for (auto v : t.token_versions)
               report.max_staleness = std::max(report.max_staleness, rec->version - v);
           }
           report.version = ++rec->version;
-          report.samples = static_cast<int64_t>(batch.size());
-          return caf::result<train_report, local_weights>(report, local_weights{rec->version, nullptr});
+          report.samples = static_cast<int64_t>(batch.trajectories->size());
+          return report;
         },
         [=](weights_atom) {
           return local_weights{rec->version, nullptr};
+        },
+        [=](eval_atom) -> caf::result<int64_t, double, double> {
+          return caf::make_error(caf::sec::unexpected_message, "no evaluator");
         },
         [=](checkpoint_atom, std::string&, std::string&) {
           rec->checkpoints.push_back(rec->version);
@@ -160,6 +176,7 @@ struct fixture {
     cs.rollout_slots = 1000;
     cs.total_steps = steps;
     cs.trainer = keep(fake_trainer(*sys, rec));
+    cs.store = keep(spawn_sample_store(*sys, cs.trainer));
     cs.metrics_path = (dir.path / "metrics.jsonl").string();
     cs.checkpoint_dir = (dir.path / "checkpoint").string();
     cs.request_timeout = std::chrono::hours(1);
@@ -175,7 +192,7 @@ struct fixture {
     return h;
   }
   rollout_actor rollout(rollout_behaviour how = {}) { return keep(fake_rollout(*sys, rec, how)); }
-  reward_pool_actor reward(int refuse_every) { return keep(fake_reward(*sys, rec, refuse_every)); }
+  reward_pool_actor reward(bool hold = false) { return keep(fake_reward(*sys, rec, hold)); }
   controller_actor controller(controller_setup cs) { return keep(spawn_controller(*sys, std::move(cs))); }
   ~fixture() {
     for (auto& a : spawned)
@@ -225,7 +242,7 @@ TEST_CASE("the ledger agrees with the record the rollout side and the trainer ke
   fixture f;
   auto cs = f.setup(4, 8, 1, 6);
   cs.rollouts = {f.rollout({})};
-  cs.reward = f.reward(0);
+  cs.reward = f.reward();
   auto controller = f.controller(std::move(cs));
   f.run();
   REQUIRE(f.rec->done);
@@ -262,7 +279,7 @@ TEST_CASE("every sample is admitted within the staleness bound at the moment of 
     const int64_t batch = 8;
     auto cs = f.setup(4, batch, eta, 10);
     cs.rollouts = {f.rollout({})};  // one worker: its requests arrive in admission order
-    cs.reward = f.reward(0);
+    cs.reward = f.reward();
     f.controller(std::move(cs));
     f.run();
     REQUIRE(f.rec->done);
@@ -287,7 +304,7 @@ TEST_CASE("a sample that no member ever answers is reported where it is, not los
     return r.group_id == 0 && r.sample_index == 1 ? answer::hold : answer::trajectory;
   };
   cs.rollouts = {f.rollout(swallow)};
-  cs.reward = f.reward(0);
+  cs.reward = f.reward();
   auto controller = f.controller(std::move(cs));
   f.run();
   REQUIRE(f.rec->done);
@@ -317,7 +334,7 @@ TEST_CASE("failed generations are retried, and dropped with the reason after thr
     return answer::trajectory;
   };
   cs.rollouts = {f.rollout(flaky)};
-  cs.reward = f.reward(0);
+  cs.reward = f.reward();
   auto controller = f.controller(std::move(cs));
   f.run();
   REQUIRE(f.rec->done);
@@ -344,7 +361,7 @@ TEST_CASE("a lost rollout worker's samples are generated by another, none twice"
   auto doomed = f.rollout(hold_all);
   auto healthy = f.rollout({});
   cs.rollouts = {doomed};
-  cs.reward = f.reward(0);
+  cs.reward = f.reward();
   auto controller = f.controller(std::move(cs));
   f.run();
   CHECK(!f.rec->done);
@@ -366,27 +383,39 @@ TEST_CASE("a lost rollout worker's samples are generated by another, none twice"
   CHECK(ledger[{0, 0}][4] == 2);  // sent to the doomed worker, then to the healthy one
 }
 
-TEST_CASE("full reward queues delay samples and lose none") {
+TEST_CASE("a lost reward pool's samples are generated again and scored by another, none twice") {
   fixture f;
-  auto cs = f.setup(4, 8, 2, 5);
+  auto cs = f.setup(4, 8, 1, 4);
   cs.rollouts = {f.rollout({})};
-  cs.reward = f.reward(3);  // every third request refused
+  auto doomed = f.reward(true);  // takes every sample and never answers
+  cs.reward = doomed;
   auto controller = f.controller(std::move(cs));
+  f.run();
+  CHECK(!f.rec->done);
+  CHECK(f.rec->reward_requests == 16);  // (eta + 1) * B admitted, all held by the doomed pool
+  auto healthy = f.reward();
+  caf::anon_send(controller, join_atom::value, std::string{"scorer"}, std::string{"reward"},
+                 caf::actor_cast<caf::actor>(healthy));
+  f.run();
+  CHECK(!f.rec->done);  // the samples held by the doomed pool keep their groups open
+  caf::anon_send_exit(doomed, caf::exit_reason::kill);
   f.run();
   REQUIRE(f.rec->done);
   CHECK(f.rec->code == 0);
-  CHECK(f.rec->trained.size() == 5u * 8);
-  CHECK(f.rec->reward_requests > static_cast<int64_t>(f.rec->generated.size()));  // some sent again
-  auto end = f.end_line();
-  for (auto& [reason, n] : end["drop_reasons"].items())
-    CHECK_MESSAGE(reason.find("reward service") == std::string::npos, reason);
+  std::set<key> trained(f.rec->trained.begin(), f.rec->trained.end());
+  CHECK(trained.size() == f.rec->trained.size());
+  CHECK(trained.size() == 4u * 8);
+  auto ledger = f.ledger(controller);
+  CHECK(ledger[{0, 0}][2] == "trained");
+  CHECK(ledger[{0, 0}][4] == 2);  // generated again after its pool was lost
+  CHECK(ledger[{0, 0}][3] == "");
 }
 
 TEST_CASE("a stop during a step ends the run after it, with a checkpoint, and every sample final") {
   fixture f;
   auto cs = f.setup(4, 8, 1, 50);
   cs.rollouts = {f.rollout({})};
-  cs.reward = f.reward(0);
+  cs.reward = f.reward();
   auto controller = f.controller(std::move(cs));
   // Run until two steps were trained, then ask the run to stop.
   for (int i = 0; i < 10000 && f.rec->trained.size() < 16; ++i)

@@ -1,10 +1,16 @@
 // The rollout worker actor: requests in, trajectories out, generated on the
-// worker's own thread with the engine; weights swapped at step boundaries.
+// worker's own thread with the engine; weights swapped at step boundaries;
+// samples sent on to a reward pool and its sample store, through back-pressure.
 #include <caf/all.hpp>
+
+#include <set>
+#include <thread>
 
 #include "actor_test_system.hpp"
 #include "areal/actors/node.hpp"
+#include "areal/actors/reward_pool.hpp"
 #include "areal/actors/rollout.hpp"
+#include "areal/actors/sample_store.hpp"
 #include "test_models.hpp"
 #include "torch_doctest.hpp"
 
@@ -138,4 +144,50 @@ TEST_CASE("a request the engine cannot take is refused and the worker goes on") 
       .receive([](packed<trajectory>& t, std::string&) { CHECK(unpack(t)->output_tokens.size() == 12); },
                [](caf::error& e) { FAIL(describe(e)); });
   caf::anon_send_exit(worker, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("a full reward pool delays samples, and each reaches the sample store once") {
+  fixture f;
+  auto& self = *f.self;
+  auto worker = f.spawn(f.model(1));
+  reward_pool_config pc;
+  pc.workers = 1;
+  pc.queue_capacity = 1;  // one verification at a time: most offers are refused
+  pc.scorer = [](const std::string&, const reward_task&, const std::atomic<bool>&) {
+    std::this_thread::sleep_for(2ms);
+    return reward::verification{verdict::correct, 1.0f, "fine"};
+  };
+  auto pool = spawn_reward_pool(*f.sys, pc);
+  trainer_actor no_trainer;  // nothing is trained here
+  auto store = spawn_sample_store(*f.sys, no_trainer);
+  const uint64_t n = 12;
+  for (uint64_t i = 0; i < n; ++i)
+    self->send(worker, *pack(request(i)), *pack(reward_task{}), caf::actor_cast<caf::actor>(pool),
+               caf::actor_cast<caf::actor>(store));
+  std::set<uint64_t> slots;
+  std::set<std::pair<uint64_t, uint32_t>> ids;
+  for (uint64_t i = 0; i < n; ++i)
+    self->receive(
+        [&](sample_summary& s) {
+          slots.insert(s.slot);
+          ids.emplace(s.group_id, s.sample_index);
+          CHECK(s.reward == 1.0f);
+          CHECK(s.producer == "rollout-test");
+        },
+        [&](caf::error& e) { FAIL(describe(e)); }, caf::after(60s) >> [] { FAIL("no summary within 60 s"); });
+  CHECK(slots.size() == n);
+  CHECK(ids.size() == n);
+  self->request(pool, 10s, stats_atom::value)
+      .receive(
+          [&](reward_pool_stats& s) {
+            MESSAGE("offers refused while the pool was full: " << s.refused);
+            CHECK(s.refused > 0);  // back-pressure happened, and lost nothing
+            CHECK(s.scored == n);  // and scored each sample once
+          },
+          [](caf::error& e) { FAIL(describe(e)); });
+  self->request(store, 10s, stats_atom::value)
+      .receive([&](uint64_t held) { CHECK(held == n); }, [](caf::error& e) { FAIL(describe(e)); });
+  for (auto a :
+       {caf::actor_cast<caf::actor>(worker), caf::actor_cast<caf::actor>(pool), caf::actor_cast<caf::actor>(store)})
+    caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
 }

@@ -1,10 +1,12 @@
-// The trainer actor with the rollout worker: scored groups in, a PPO step,
-// a new version out; its weights reach the rollout worker and what was
-// rewarded becomes more likely.
+// The trainer actor with the sample store and a rollout worker: scored groups
+// into the store, a batch named by slots, a PPO step, a new version out; the
+// trainer sends its weights to the rollout worker and what was rewarded
+// becomes more likely.
 #include <caf/all.hpp>
 
 #include "areal/actors/node.hpp"
 #include "areal/actors/rollout.hpp"
+#include "areal/actors/sample_store.hpp"
 #include "areal/actors/trainer_actor.hpp"
 #include "test_models.hpp"
 #include "torch_doctest.hpp"
@@ -49,7 +51,9 @@ TEST_CASE("rewarded first tokens become more likely after trainer steps, and ver
   trainer_setup ts;
   ts.model = policy;
   ts.config.optimizer.lr = 5e-3;
+  ts.rollouts = {rollout};  // no publisher: the trainer sends each version to the worker itself
   auto trainer = spawn_trainer(sys, ts);
+  auto store = spawn_sample_store(sys, trainer);
 
   const std::vector<int32_t> prompt = {1, 2, 3};
   const int64_t target = 7;  // responses that start with this token are rewarded
@@ -79,16 +83,29 @@ TEST_CASE("rewarded first tokens become more likely after trainer steps, and ver
     forced.output_tokens[0] = static_cast<int32_t>(target);
     forced.reward = 1.0f;
     batch[0] = *pack(forced);
-    self->request(trainer, 60s, train_atom::value, batch)
+    std::vector<uint64_t> slots;
+    for (auto& t : batch)
+      self->request(store, 30s, t)
+          .receive(
+              [&](sample_summary& s) {
+                CHECK(s.group_id == static_cast<uint64_t>(step));
+                CHECK(s.output_tokens == 4);
+                slots.push_back(s.slot);
+              },
+              [](caf::error& e) { FAIL(describe(e)); });
+    self->request(store, 60s, train_atom::value, slots)
         .receive(
-            [&](train_report& report, local_weights& weights) {
+            [&](train_report& report) {
               CHECK(report.version == step + 1);
               CHECK(report.samples == 8);
               CHECK(report.tokens == 32);
-              CHECK(weights.version == step + 1);
-              self->send(rollout, weights);
             },
             [](caf::error& e) { FAIL(describe(e)); });
+    // The slots left the store with the batch: naming them again is refused.
+    self->request(store, 30s, train_atom::value, slots)
+        .receive([&](train_report&) { FAIL("a slot was trained twice"); }, [](caf::error&) {});
+    self->request(store, 30s, stats_atom::value)
+        .receive([&](uint64_t held) { CHECK(held == 0); }, [](caf::error& e) { FAIL(describe(e)); });
   }
   local_weights latest;
   self->request(trainer, 30s, weights_atom::value)
@@ -99,4 +116,5 @@ TEST_CASE("rewarded first tokens become more likely after trainer steps, and ver
   CHECK(after > before * 1.5);
   caf::anon_send_exit(rollout, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(trainer, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(store, caf::exit_reason::user_shutdown);
 }

@@ -54,9 +54,20 @@ group_buffer::group_buffer(int64_t group_size) : group_size_(group_size) {
     throw std::invalid_argument("group size must be positive");
 }
 
-void group_buffer::add(trajectory t) {
-  auto id = t.group_id;
-  partial_[id].members.push_back(std::move(t));
+namespace {
+
+std::vector<uint64_t> slots_of(const std::vector<sample_summary>& members) {
+  std::vector<uint64_t> out;
+  for (auto& m : members)
+    out.push_back(m.slot);
+  return out;
+}
+
+}  // namespace
+
+void group_buffer::add(sample_summary s) {
+  auto id = s.group_id;
+  partial_[id].members.push_back(std::move(s));
   settle(id);
 }
 
@@ -77,21 +88,21 @@ void group_buffer::settle(uint64_t group_id) {
     complete_.push_back(std::move(g.members));
   } else {
     dropped_[g.drop_reason] += static_cast<int64_t>(g.members.size()) + g.missing_dropped;
-    newly_dropped_.push_back({group_id, static_cast<int64_t>(g.members.size()), g.drop_reason});
+    newly_dropped_.push_back({group_id, static_cast<int64_t>(g.members.size()), g.drop_reason, slots_of(g.members)});
   }
   partial_.erase(it);
 }
 
-std::optional<std::vector<trajectory>> group_buffer::take_batch(int64_t batch_size, int64_t min_version,
-                                                                int64_t* stale_dropped) {
+std::optional<std::vector<sample_summary>> group_buffer::take_batch(int64_t batch_size, int64_t min_version,
+                                                                    int64_t* stale_dropped) {
   for (auto it = complete_.begin(); it != complete_.end();) {
     bool stale = false;
     for (auto& t : *it)
-      for (auto v : t.token_versions)
-        stale = stale || v < min_version;
+      stale = stale || oldest_version(t, min_version) < min_version;
     if (stale) {
       dropped_["staler than the bound"] += static_cast<int64_t>(it->size());
-      newly_dropped_.push_back({it->front().group_id, static_cast<int64_t>(it->size()), "staler than the bound"});
+      newly_dropped_.push_back(
+          {it->front().group_id, static_cast<int64_t>(it->size()), "staler than the bound", slots_of(*it)});
       if (stale_dropped)
         *stale_dropped += static_cast<int64_t>(it->size());
       it = complete_.erase(it);
@@ -101,7 +112,7 @@ std::optional<std::vector<trajectory>> group_buffer::take_batch(int64_t batch_si
   }
   if (ready_trajectories() < batch_size)
     return std::nullopt;
-  std::vector<trajectory> batch;
+  std::vector<sample_summary> batch;
   while (!complete_.empty() && static_cast<int64_t>(batch.size() + complete_.front().size()) <= batch_size) {
     for (auto& t : complete_.front())
       batch.push_back(std::move(t));

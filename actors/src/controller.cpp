@@ -1,6 +1,6 @@
 // The controller's behaviour (see controller.hpp): samples from the prompt
-// stream through the rollout workers and reward pools into the group buffer,
-// members joining and lost. Event driven: every reply may free capacity or
+// stream out to a rollout worker and reward pool each, their summaries into
+// the group buffer, members joining and lost. Event driven: every reply may free capacity or
 // complete a group, and each handler ends by trying to train and to admit
 // more work. The course of the run is in controller_steps.cpp.
 #include <algorithm>
@@ -15,18 +15,18 @@ namespace controller_detail {
 // Closes the groups the buffer dropped: their samples are dropped in the
 // ledger, they no longer count as accepted (so admission replaces them) and a
 // checkpoint will not re-queue them.
-void settle_drops(controller_state& st) {
+void settle_drops(controller_pointer self) {
+  auto& st = self->state;
   for (auto& closed : st.buffer->take_dropped_groups()) {
     st.gate->discard(closed.delivered);
     st.stream->close_dropped(closed.group_id);
     st.ledger.drop_group(closed.group_id, closed.reason);
+    if (!closed.slots.empty())
+      self->send(st.setup.store, forget_atom::value, std::move(closed.slots));
   }
 }
 
 namespace {
-
-void on_scored(controller_pointer self, packed<trajectory>& scored, sample_id id);
-void send_to_reward(controller_pointer self, reward_job job);
 
 sample_id id_of(const generation_request& r) {
   return {r.group_id, r.sample_index};
@@ -37,7 +37,7 @@ void drop(controller_pointer self, sample_id id, const std::string& reason) {
   st.gate->finish(false);
   st.ledger.dropped(id, reason);
   st.buffer->drop_sample(id.group, reason);
-  settle_drops(st);
+  settle_drops(self);
   // A run whose every sample fails (a request no engine can take, a broken
   // verifier) would admit and drop forever: it stops and says why.
   if (++st.failures_in_row >= std::max<int64_t>(64, 4 * st.setup.batch_size)) {
@@ -61,86 +61,44 @@ void generate_again(controller_pointer self, stream_sample sample, const std::st
   st.stream->generate_again(std::move(sample));
 }
 
-// Sends waiting samples to the reward pools while some have room.
-void drain_reward_backlog(controller_pointer self) {
-  auto& st = self->state;
-  while (!st.reward_backlog.empty() && !st.rewards.empty() && st.phase != run_phase::finished) {
-    auto next = std::move(st.reward_backlog.front());
-    st.reward_backlog.pop_front();
-    send_to_reward(self, std::move(next));
-    if (!st.reward_backlog.empty() && st.rewards.requests() >= st.rewards.size() * 256)
-      return;  // plenty in flight; replies drain the rest
-  }
+// The request of a sample is over (answered, failed, or its member lost): its
+// work at both tables is taken back. Nothing when it was taken back before.
+std::optional<stream_sample> settle_request(controller_state& st, uint64_t rid) {
+  auto done = st.rollouts.take(rid);
+  if (!done)
+    return std::nullopt;
+  st.rewards.take(done->pool_request);
+  return std::move(done->sample);
 }
 
-// Sends a generated sample to the least loaded reward pool. A full pool queue
-// is back-pressure, not a failure: the sample waits and goes again when a
-// reply frees a place. With no reward pool it waits for one to join.
-void send_to_reward(controller_pointer self, reward_job job) {
+// A summary arrived: the trajectory is scored and in the store.
+void on_summary(controller_pointer self, sample_id id, const std::string& pool, sample_summary& summary) {
   auto& st = self->state;
-  auto pool = st.rewards.least_loaded();
-  if (!pool) {
-    st.ledger.scoring_at(job.id, {});
-    st.reward_backlog.push_back(std::move(job));
-    return;
-  }
-  auto handle = caf::actor_cast<reward_pool_actor>(st.rewards.at(*pool).handle);
-  st.ledger.scoring_at(job.id, st.rewards.at(*pool).name);
-  auto packed_task = *pack(*job.task);
-  auto t = job.t;
-  auto text = job.text;
-  auto request = st.rewards.send(*pool, std::move(job));
-  self->request(handle, st.setup.request_timeout, std::move(t), std::move(text), std::move(packed_task))
-      .then(
-          [self, request](packed<trajectory>& scored) {
-            auto& cs = self->state;
-            auto done = cs.rewards.take(request);
-            if (!done || cs.phase == run_phase::finished)
-              return;  // forgotten: its pool was lost and the sample sent elsewhere
-            drain_reward_backlog(self);
-            on_scored(self, scored, done->id);
-          },
-          [self, request](caf::error& err) {
-            auto& cs = self->state;
-            auto refused = cs.rewards.take(request);
-            if (!refused || cs.phase == run_phase::finished)
-              return;
-            bool queue_full =
-                err.category() == caf::atom("reward") && err.code() == static_cast<uint8_t>(reward_errc::queue_full);
-            if (queue_full && cs.rewards.requests() > 0) {
-              cs.ledger.scoring_at(refused->id, {});
-              cs.reward_backlog.push_back(std::move(*refused));
-              return;
-            }
-            drop(self, refused->id, "reward service: " + describe(err));
-            fill(self);
-          });
-}
-
-void on_scored(controller_pointer self, packed<trajectory>& scored, sample_id id) {
-  auto& st = self->state;
-  auto decoded = unpack(scored);
-  if (!decoded) {
-    drop(self, id, "unreadable scored trajectory: " + describe(decoded.error()));
-  } else if (decoded->finish != finish_reason::stop && decoded->finish != finish_reason::length) {
+  auto finished = static_cast<finish_reason>(summary.finish);
+  if (summary.group_id != id.group || summary.sample_index != id.index) {
+    self->send(st.setup.store, forget_atom::value, std::vector<uint64_t>{summary.slot});
+    drop(self, id, "the sample store answered for sample " + to_string({summary.group_id, summary.sample_index}));
+  } else if (finished != finish_reason::stop && finished != finish_reason::length) {
     // Rollout workers answer an aborted sequence with an error (generated again);
     // whatever else produced an unfinished trajectory, it is not trained.
-    drop(self, id, std::string{"a trajectory that ended "} + to_string(decoded->finish) + " reached the buffer");
+    self->send(st.setup.store, forget_atom::value, std::vector<uint64_t>{summary.slot});
+    drop(self, id, std::string{"a trajectory that ended "} + to_string(finished) + " reached the buffer");
   } else {
     st.gate->finish(true);
+    st.ledger.generated(id, pool);
     st.ledger.scored(id);
     st.failures_in_row = 0;
-    auto tokens = static_cast<int64_t>(decoded->output_tokens.size());
-    st.generated_tokens += tokens;
-    st.metrics->generated(tokens);
-    st.buffer->add(std::move(*decoded));
-    settle_drops(st);
+    st.generated_tokens += summary.output_tokens;
+    st.metrics->generated(summary.output_tokens);
+    st.buffer->add(std::move(summary));
+    settle_drops(self);
     try_train(self);
   }
-  fill(self);
 }
 
-void dispatch(controller_pointer self, uint64_t worker, stream_sample sample) {
+// One request per sample: the worker generates it and sends it to the pool,
+// the pool scores it and hands it to the store, the store's summary is the reply.
+void dispatch(controller_pointer self, uint64_t worker, uint64_t pool, stream_sample sample) {
   auto& st = self->state;
   auto id = id_of(sample.request);
   if (!sample.admitted) {
@@ -151,24 +109,30 @@ void dispatch(controller_pointer self, uint64_t worker, stream_sample sample) {
   }
   auto& member = st.rollouts.at(worker);
   auto handle = caf::actor_cast<rollout_actor>(member.handle);
+  auto pool_handle = st.rewards.at(pool).handle;
+  auto pool_name = st.rewards.at(pool).name;
   st.ledger.dispatched(id, member.name);
   auto request = *pack(sample.request);
-  auto rid = st.rollouts.send(worker, std::move(sample));
-  self->request(handle, st.setup.request_timeout, std::move(request))
+  auto task = *pack(*sample.task);
+  auto rid = st.rollouts.send(worker, {std::move(sample), 0});
+  st.rollouts.work(rid)->pool_request = st.rewards.send(pool, rid);
+  self->request(handle, st.setup.request_timeout, std::move(request), std::move(task), pool_handle,
+                caf::actor_cast<caf::actor>(st.setup.store))
       .then(
-          [self, rid](packed<trajectory>& t, std::string& text) {
+          [self, rid, id, pool_name](sample_summary& summary) {
             auto& s = self->state;
-            auto done = s.rollouts.take(rid);
-            if (!done || s.phase == run_phase::finished)
-              return;  // forgotten: its worker was lost and the sample queued again
-            auto sid = id_of(done->request);
-            s.ledger.generated(sid);
-            send_to_reward(self, {std::move(t), std::move(text), done->task, sid});
+            auto done = settle_request(s, rid);
+            if (!done || s.phase == run_phase::finished) {
+              // forgotten (its member was lost and the sample sent again), or the run is over
+              self->send(s.setup.store, forget_atom::value, std::vector<uint64_t>{summary.slot});
+              return;
+            }
+            on_summary(self, id, pool_name, summary);
             fill(self);
           },
           [self, rid](caf::error& err) {
             auto& s = self->state;
-            auto failed = s.rollouts.take(rid);
+            auto failed = settle_request(s, rid);
             if (!failed || s.phase == run_phase::finished)
               return;
             generate_again(self, std::move(*failed), describe(err), true);
@@ -200,41 +164,40 @@ void on_join(controller_pointer self, const std::string& node, const std::string
   self->monitor(handle);
   spdlog::info("controller: a {} joined from node {} ({} rollout worker(s), {} reward pool(s))",
                role == "rollout" ? "rollout worker" : "reward pool", node, st.rollouts.size(), st.rewards.size());
-  drain_reward_backlog(self);
   fill(self);
 }
 
-// A member is gone: its unfinished samples are generated (or scored) again by
-// the others; none is lost or trained twice, since a late reply of the lost
-// member would find its request forgotten.
+// A member is gone: its unfinished samples are generated again by the others
+// (a lost reward pool: every sample routed to it); none is lost or trained
+// twice, since a late reply of the lost member would find its request forgotten.
 void on_member_down(controller_pointer self, const caf::down_msg& down) {
   auto& st = self->state;
   if (st.phase == run_phase::finished)
     return;  // the job stops its actors after the run
   auto is_it = [&](const caf::actor& h) { return h.address() == down.source; };
-  size_t requeued = 0;
+  std::vector<stream_sample> again;
   std::string what, node;
   if (auto lost = st.rollouts.lose(is_it)) {
     what = "rollout worker";
     node = lost->first.node;
-    for (auto& sample : lost->second)
-      generate_again(self, std::move(sample), "lost node " + node, false);
-    requeued = lost->second.size();
+    for (auto& work : lost->second) {
+      st.rewards.take(work.pool_request);
+      again.push_back(std::move(work.sample));
+    }
   } else if (auto lost_pool = st.rewards.lose(is_it)) {
     what = "reward pool";
     node = lost_pool->first.node;
-    for (auto& job : lost_pool->second) {
-      st.ledger.scoring_at(job.id, {});
-      st.reward_backlog.push_front(std::move(job));
-    }
-    requeued = lost_pool->second.size();
+    for (auto rid : lost_pool->second)
+      if (auto work = st.rollouts.take(rid))
+        again.push_back(std::move(work->sample));
   } else {
     return;
   }
   spdlog::warn("controller: lost the {} on node {} ({}); {} unfinished sample(s) queued again", what,
-               node.empty() ? "(this process)" : node, describe(down.reason), requeued);
+               node.empty() ? "(this process)" : node, describe(down.reason), again.size());
+  for (auto& sample : again)
+    generate_again(self, std::move(sample), "lost node " + (node.empty() ? what : node), false);
   arm_member_deadline(self);
-  drain_reward_backlog(self);
   fill(self);
 }
 
@@ -245,8 +208,8 @@ void start(controller_pointer self, controller_setup setup) {
   st.stream = std::make_unique<prompt_stream>(std::move(s.source), s.encode, s.group_size, s.sampling, s.seed);
   st.gate = std::make_unique<staleness_gate>(s.batch_size, s.eta, s.max_concurrent);
   st.buffer = std::make_unique<group_buffer>(s.group_size);
-  st.metrics = std::make_unique<run_metrics>(s.metrics_path, s.trace, s.resume ? s.resume->elapsed_s : 0.0,
-                                             static_cast<bool>(s.publisher));
+  st.metrics =
+      std::make_unique<run_metrics>(s.metrics_path, s.trace, s.resume ? s.resume->elapsed_s : 0.0, s.remote_weights);
   // The members in this process are monitored as the joined ones are: a lost one's samples go to the others.
   for (auto& r : s.rollouts) {
     st.rollouts.add(caf::actor_cast<caf::actor>(r), {}, "rollout-" + std::to_string(st.rollouts.size()));
@@ -282,8 +245,9 @@ void fill(controller_pointer self) {
   auto& st = self->state;
   while (st.phase != run_phase::finished) {
     auto worker = st.rollouts.least_loaded(st.setup.rollout_slots);
-    if (!worker)
-      return;
+    auto pool = st.rewards.least_loaded();
+    if (!worker || !pool)
+      return;  // a sample goes out with both; a joining member calls fill again
     bool again = st.stream->next_is_retry();
     if (!again && (st.phase != run_phase::admitting || st.gate->capacity() <= 0))
       return;
@@ -295,7 +259,7 @@ void fill(controller_pointer self) {
         end_run(self, 0, "the prompt stream is exhausted");
       return;
     }
-    dispatch(self, *worker, std::move(*sample));
+    dispatch(self, *worker, *pool, std::move(*sample));
   }
 }
 
@@ -329,6 +293,7 @@ controller_actor spawn_controller(caf::actor_system& sys, controller_setup setup
         [self](join_atom, std::string& node, std::string& role, caf::actor& handle) {
           on_join(self, node, role, handle);
         },
+        [self](std::vector<weight_delivery>& reports) { weights_delivered(self, reports); },
         [self](caf::tick_atom) {
           auto& st = self->state;
           st.member_deadline_armed = false;

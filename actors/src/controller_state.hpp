@@ -1,5 +1,5 @@
 // The controller's state and the functions its two source files share:
-// controller.cpp moves samples (admission, dispatch, retries, reward routing,
+// controller.cpp moves samples (admission, dispatch with a reward pool, retries,
 // members joining and lost), controller_steps.cpp runs the course of the run
 // (training steps, weights, evaluations, checkpoints, the end). Internal.
 #pragma once
@@ -20,12 +20,11 @@
 
 namespace areal::controller_detail {
 
-// A generated sample on its way to a reward pool (kept while the pools' queues are full).
-struct reward_job {
-  packed<trajectory> t;
-  std::string text;
-  std::shared_ptr<const reward_task> task;
-  sample_id id;
+// A sample with a rollout worker (and, once generated, with the reward pool
+// chosen for it): its stream entry, and its request at that pool's table.
+struct in_flight_sample {
+  stream_sample sample;
+  uint64_t pool_request = 0;
 };
 
 // The run's course: admitting work, then draining (no more admissions; what
@@ -40,9 +39,8 @@ struct controller_state {
   std::unique_ptr<group_buffer> buffer;
   std::unique_ptr<run_metrics> metrics;
   sample_ledger ledger;
-  member_table<caf::actor, stream_sample> rollouts;
-  member_table<caf::actor, reward_job> rewards;
-  std::deque<reward_job> reward_backlog;  // waiting for a reward pool (full queues, or none joined)
+  member_table<caf::actor, in_flight_sample> rollouts;
+  member_table<caf::actor, uint64_t> rewards;  // work: the rollout request of each sample routed to a pool
   run_phase phase = run_phase::admitting;
   bool training = false, checkpointing = false, evaluating = false;
   bool member_deadline_armed = false;
@@ -59,8 +57,8 @@ using controller_pointer = controller_actor::stateful_pointer<controller_state>;
 
 /// The counters of the stats reply, from the ledger (and the runs before a resume).
 void refresh_counts(controller_state& st);
-/// Closes the groups the buffer dropped (ledger, gate, stream).
-void settle_drops(controller_state& st);
+/// Closes the groups the buffer dropped (ledger, gate, stream, their trajectories in the store).
+void settle_drops(controller_pointer self);
 /// Admits and dispatches samples while capacity allows.
 void fill(controller_pointer self);
 /// Hands the trainer a batch when one is complete and no step is in flight.
@@ -69,6 +67,8 @@ void try_train(controller_pointer self);
 void end_run(controller_pointer self, int32_t code, const std::string& why);
 /// Ends the run now: every unfinished sample dropped with the reason, the end line, the listener told.
 void finish(controller_pointer self, int32_t code, const std::string& why);
+/// The trainer's report of how a version's weights reached each subscriber.
+void weights_delivered(controller_pointer self, const std::vector<weight_delivery>& reports);
 /// The ledger as JSON (the ledger_atom reply).
 std::string ledger_json(const sample_ledger& ledger);
 

@@ -79,12 +79,14 @@ bool end_if_asked(controller_pointer self) {
   return true;
 }
 
-void request_evaluation(controller_pointer self, const local_weights& weights) {
+// The trainer's evaluator scores the current weights; one evaluation at a time
+// (a busy evaluator skips this version).
+void request_evaluation(controller_pointer self) {
   auto& st = self->state;
-  if (!st.setup.evaluator || st.evaluating)
-    return;  // one at a time; a busy evaluator skips this version
+  if (st.evaluating)
+    return;
   st.evaluating = true;
-  self->request(st.setup.evaluator, caf::infinite, eval_atom::value, weights)
+  self->request(st.setup.trainer, caf::infinite, eval_atom::value)
       .then(
           [self](int64_t version, double accuracy, double mean_tokens) {
             self->state.evaluating = false;
@@ -97,34 +99,7 @@ void request_evaluation(controller_pointer self, const local_weights& weights) {
           });
 }
 
-// New weights to every rollout worker: through the publisher when there is
-// one (local workers by pointer, remote nodes in bulk), else directly.
-void publish_weights(controller_pointer self, local_weights& weights) {
-  auto& st = self->state;
-  if (!st.setup.publisher) {
-    for (auto& r : st.rollouts.handles())
-      self->send(caf::actor_cast<rollout_actor>(r), weights);
-    return;
-  }
-  self->request(st.setup.publisher, st.setup.request_timeout, publish_atom::value, weights)
-      .then(
-          [self](std::vector<weight_delivery>& reports) {
-            for (auto& r : reports) {
-              if (!r.error.empty()) {
-                self->state.metrics->transfer_failed();
-                spdlog::warn("weights of version {} did not reach {}: {}", r.version, r.subscriber, r.error);
-              } else if (r.backend != "in-process") {
-                self->state.metrics->transferred(r.seconds);
-              }
-            }
-          },
-          [self](caf::error& err) {
-            self->state.metrics->transfer_failed();
-            spdlog::warn("publishing weights failed: {}", describe(err));
-          });
-}
-
-void on_trained(controller_pointer self, const train_report& report, local_weights& weights, const batch_facts& facts) {
+void on_trained(controller_pointer self, const train_report& report, const batch_facts& facts) {
   auto& st = self->state;
   st.training = false;
   for (auto& id : st.in_training)
@@ -138,14 +113,13 @@ void on_trained(controller_pointer self, const train_report& report, local_weigh
   st.stats.reward_mean_last = report.reward_mean;
   st.trained_tokens += report.tokens;
   st.gate->set_version(report.version);
-  publish_weights(self, weights);
   st.metrics->step(facts, report, counters(st));
   spdlog::debug("step {}/{}: version {}, reward {:.3f}, loss {:.4f}, staleness <= {}", st.stats.steps,
                 st.setup.total_steps, report.version, report.reward_mean, report.loss, report.max_staleness);
 
   bool last = st.stats.steps >= st.setup.total_steps;
   if (st.setup.eval_every > 0 && st.stats.steps % st.setup.eval_every == 0 && !last)
-    request_evaluation(self, weights);
+    request_evaluation(self);
   if (last) {
     end_run(self, 0, "run complete");
     return;
@@ -220,29 +194,40 @@ void try_train(controller_pointer self) {
   // Trained now, the batch produces version v + 1 from version v: tokens older
   // than v - eta would exceed the bound.
   auto batch = st.buffer->take_batch(st.setup.batch_size, st.gate->version() - st.setup.eta);
-  settle_drops(st);
+  settle_drops(self);
   if (!batch) {
     if (st.phase == run_phase::draining && st.gate->running() == 0 && !end_if_asked(self) && st.stream->waiting() == 0)
       end_run(self, 0, "the prompt stream is exhausted");
     return;
   }
   auto facts = describe_batch(*batch, st.gate->version());
-  std::vector<packed<trajectory>> packed_batch;
+  std::vector<uint64_t> slots;
   for (auto& t : *batch) {
     sample_id id{t.group_id, t.sample_index};
     st.ledger.batched(id, st.stats.steps + 1);
     st.in_training.push_back(id);
     if (auto position = st.stream->close_trained(t.group_id))
       facts.prompt_positions.push_back(*position);
-    packed_batch.push_back(*pack(t));
+    slots.push_back(t.slot);
   }
   st.training = true;
-  self->request(st.setup.trainer, caf::infinite, train_atom::value, std::move(packed_batch))
-      .then([self, facts](train_report& report, local_weights& weights) { on_trained(self, report, weights, facts); },
+  self->request(st.setup.store, caf::infinite, train_atom::value, std::move(slots))
+      .then([self, facts](train_report& report) { on_trained(self, report, facts); },
             [self](caf::error& err) {
               self->state.training = false;
               finish(self, 1, "the trainer failed: " + describe(err));
             });
+}
+
+void weights_delivered(controller_pointer self, const std::vector<weight_delivery>& reports) {
+  for (auto& r : reports) {
+    if (!r.error.empty()) {
+      self->state.metrics->transfer_failed();
+      spdlog::warn("weights of version {} did not reach {}: {}", r.version, r.subscriber, r.error);
+    } else if (r.backend != "in-process") {
+      self->state.metrics->transferred(r.seconds);
+    }
+  }
 }
 
 std::string ledger_json(const sample_ledger& ledger) {

@@ -160,6 +160,7 @@ std::vector<rollout_actor> spawn_rollout_workers(caf::actor_system& sys, const r
     rs.initial_version = initial_version;
     rs.share = share;
     rs.trace = trace;
+    rs.score_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.cluster.request_timeout_s * 1000));
     rollouts.push_back(spawn_rollout(sys, rs));
   }
   return rollouts;

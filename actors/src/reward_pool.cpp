@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <deque>
+#include <optional>
 
 #include <caf/all.hpp>
 
@@ -66,11 +67,24 @@ reward_worker_actor::behavior_type reward_worker(reward_worker_actor::pointer,
   }};
 }
 
+// One verification. Its answer goes back to the requester, or, with a sample
+// store, the scored trajectory goes on to the store, whose summary is the answer.
 struct job {
   packed<trajectory> t;
   std::string response;
   packed<reward_task> task;
   caf::typed_response_promise<packed<trajectory>> promise;
+  caf::typed_response_promise<sample_summary> forward;
+  sample_store_actor store;
+
+  void answer(caf::expected<packed<trajectory>> scored) {
+    if (!store)
+      scored ? promise.deliver(std::move(*scored)) : promise.deliver(scored.error());
+    else if (scored)
+      forward.delegate(store, std::move(*scored));
+    else
+      forward.deliver(scored.error());
+  }
 };
 
 struct worker_slot {
@@ -120,17 +134,13 @@ void refresh_counts(pool_pointer self) {
 void dispatch(pool_pointer self);
 
 // Answers a job whose worker failed (deadline or crash) with a verdict of the pool's own.
-void answer_failed(pool_pointer self, job& j, verdict judged, const std::string& detail) {
+void answer_failed(pool_pointer, job& j, verdict judged, const std::string& detail) {
   auto traj = unpack(j.t);
   if (!traj) {
-    j.promise.deliver(traj.error());
+    j.answer(traj.error());
     return;
   }
-  auto scored = with_verdict(std::move(*traj), {judged, 0.0f, detail});
-  if (scored)
-    j.promise.deliver(std::move(*scored));
-  else
-    j.promise.deliver(scored.error());
+  j.answer(with_verdict(std::move(*traj), {judged, 0.0f, detail}));
 }
 
 void start_job(pool_pointer self, worker_slot& slot) {
@@ -145,7 +155,7 @@ void start_job(pool_pointer self, worker_slot& slot) {
           [self, j, handle](packed<trajectory>& scored) {
             auto& st = self->state;
             st.stats.scored++;
-            j->promise.deliver(std::move(scored));
+            j->answer(std::move(scored));
             if (auto* w = find_worker(self, handle))
               w->busy = false;
             dispatch(self);
@@ -154,7 +164,7 @@ void start_job(pool_pointer self, worker_slot& slot) {
             auto& st = self->state;
             if (err.category() == caf::atom("wire")) {  // the request itself was unreadable
               st.stats.errors++;
-              j->promise.deliver(err);
+              j->answer(err);
               if (auto* w = find_worker(self, handle))
                 w->busy = false;
               dispatch(self);
@@ -196,6 +206,18 @@ void dispatch(pool_pointer self) {
   refresh_counts(self);
 }
 
+// The back-pressure: a refusal when queue_capacity verifications are pending.
+std::optional<caf::error> full(pool_pointer self) {
+  auto& st = self->state;
+  refresh_counts(self);
+  if (st.stats.queued + st.stats.busy < st.config.queue_capacity)
+    return std::nullopt;
+  st.stats.refused++;
+  return caf::make_error(reward_errc::queue_full,
+                         std::to_string(st.config.queue_capacity) +
+                             " verifications are pending (reward.queue_capacity); send again after a reply");
+}
+
 reward_pool_actor::behavior_type reward_pool(pool_pointer self, reward_pool_config config) {
   auto& state = self->state;
   if (!config.scorer) {
@@ -216,18 +238,33 @@ reward_pool_actor::behavior_type reward_pool(pool_pointer self, reward_pool_conf
   return {
       [self](packed<trajectory>& t, std::string& response,
              packed<reward_task>& task) -> caf::result<packed<trajectory>> {
-        auto& st = self->state;
-        refresh_counts(self);
-        if (st.stats.queued + st.stats.busy >= st.config.queue_capacity) {
-          st.stats.refused++;
-          return caf::make_error(reward_errc::queue_full,
-                                 std::to_string(st.config.queue_capacity) +
-                                     " verifications are pending (reward.queue_capacity); send again after a reply");
-        }
-        auto promise = self->make_response_promise<packed<trajectory>>();
-        st.queue.push_back({std::move(t), std::move(response), std::move(task), promise});
+        if (auto refusal = full(self))
+          return std::move(*refusal);
+        job j{std::move(t),
+              std::move(response),
+              std::move(task),
+              self->make_response_promise<packed<trajectory>>(),
+              {},
+              {}};
+        self->state.queue.push_back(j);
         dispatch(self);
-        return promise;
+        return j.promise;
+      },
+      [self](packed<trajectory>& t, std::string& response, packed<reward_task>& task,
+             caf::actor& store) -> caf::result<sample_summary> {
+        if (auto refusal = full(self))
+          return std::move(*refusal);
+        if (!store)
+          return caf::make_error(caf::sec::invalid_argument, "reward pool: no sample store to hand the result to");
+        job j{std::move(t),
+              std::move(response),
+              std::move(task),
+              {},
+              self->make_response_promise<sample_summary>(),
+              caf::actor_cast<sample_store_actor>(store)};
+        self->state.queue.push_back(j);
+        dispatch(self);
+        return j.forward;
       },
       [self](stats_atom) {
         refresh_counts(self);

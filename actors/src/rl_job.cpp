@@ -18,6 +18,7 @@
 #include "areal/actors/node.hpp"
 #include "areal/actors/reward_pool.hpp"
 #include "areal/actors/rollout.hpp"
+#include "areal/actors/sample_store.hpp"
 #include "areal/actors/trainer_actor.hpp"
 #include "areal/actors/weight_transport.hpp"
 #include "areal/kernels/model_config.hpp"
@@ -153,12 +154,6 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
   ts.resume_from = resume_from;
   ts.share = share;
   ts.trace = trace;
-  auto trainer = spawn_trainer(sys, ts);
-  auto reward_config = make_reward_pool_config(c.reward);
-  reward_config.trace = trace;
-  reward_pool_actor reward;
-  if (!multi_node || options.self.has(role::reward))
-    reward = spawn_reward_pool(sys, reward_config);
   evaluator_actor evaluator;
   if (c.eval.every > 0 && !evals->prompts.empty()) {
     evaluator_setup es;
@@ -170,6 +165,18 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
     es.trace = trace;
     evaluator = spawn_evaluator(sys, es);
   }
+  ts.evaluator = evaluator;
+  ts.publisher = publisher;
+  if (!publisher)
+    ts.rollouts = rollouts;
+  ts.publish_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.cluster.request_timeout_s * 1000));
+  auto trainer = spawn_trainer(sys, ts);
+  auto store = spawn_sample_store(sys, trainer);
+  auto reward_config = make_reward_pool_config(c.reward);
+  reward_config.trace = trace;
+  reward_pool_actor reward;
+  if (!multi_node || options.self.has(role::reward))
+    reward = spawn_reward_pool(sys, reward_config);
 
   caf::scoped_actor self{sys};
   controller_setup cs;
@@ -190,15 +197,15 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
   cs.rollouts = rollouts;
   cs.reward = reward;
   cs.trainer = trainer;
-  cs.evaluator = evaluator;
-  cs.eval_every = c.eval.every;
+  cs.store = store;
+  cs.remote_weights = static_cast<bool>(publisher);
+  cs.eval_every = evaluator ? c.eval.every : 0;
   cs.metrics_path = (options.run_dir / "metrics.jsonl").string();
   cs.checkpoint_dir = checkpoint_dir;
   cs.checkpoint_every = rl.checkpoint_every;
   cs.resume = resume;
   cs.trace = trace;
   cs.listener = caf::actor{self};
-  cs.publisher = publisher;
   cs.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.cluster.request_timeout_s * 1000));
   cs.member_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.cluster.connect_timeout_s * 1000));
   spdlog::info("RL: {} mode, eta {}, {} steps of {} trajectories ({} prompts x {} samples), {} compute threads ({})",
@@ -223,13 +230,14 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
   };
   watch(controller, "the controller");
   watch(trainer, "the trainer");
+  watch(store, "the sample store");
   watch(reward, "the reward pool");
   watch(publisher, "the weight publisher");
   watch(evaluator, "the evaluator");
   for (size_t i = 0; i < rollouts.size(); ++i)
     watch(rollouts[i], "rollout worker " + std::to_string(i));
   if (options.on_started)
-    options.on_started(rl_job_actors{controller, trainer, reward, rollouts, evaluator, publisher});
+    options.on_started(rl_job_actors{controller, trainer, store, reward, rollouts, evaluator, publisher});
   std::string lost;  // why an actor of the job stopped
   clock_type::time_point lost_at;
 
@@ -330,6 +338,7 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
   for (auto& r : rollouts)
     self->send_exit(r, caf::exit_reason::user_shutdown);
   self->send_exit(trainer, caf::exit_reason::user_shutdown);
+  self->send_exit(store, caf::exit_reason::user_shutdown);
   if (reward)
     self->send_exit(reward, caf::exit_reason::user_shutdown);
   if (publisher)

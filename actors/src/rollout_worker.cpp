@@ -4,7 +4,10 @@
 #include <ATen/Parallel.h>
 
 #include <chrono>
+#include <deque>
 #include <map>
+#include <optional>
+#include <utility>
 
 #include <caf/all.hpp>
 
@@ -20,11 +23,31 @@ int64_t now_ns() {
       .count();
 }
 
+// Where a finished sample goes: back to the requester (generation only), or on
+// to a reward pool that hands it to a sample store.
+struct route {
+  caf::typed_response_promise<sample_summary> promise;
+  packed<reward_task> task;
+  reward_pool_actor pool;
+  caf::actor store;
+};
+
 struct pending {
   caf::typed_response_promise<packed<trajectory>, std::string> promise;
   generation_request request;
   int64_t started_ns;
+  std::optional<route> to_pool;
 };
+
+// A generated sample on its way to its reward pool, kept while the pool's queue is full.
+struct outgoing {
+  route to;
+  packed<trajectory> t;
+  std::string text;
+  std::chrono::steady_clock::time_point first_refused;
+};
+
+constexpr auto pool_retry_interval = std::chrono::milliseconds(5);
 
 struct rollout_state {
   static inline const char* name = "areal.rollout";
@@ -33,7 +56,9 @@ struct rollout_state {
   std::map<uint64_t, pending> in_flight;  // by engine job id
   uint64_t next_job = 0;
   bool stepping = false;
-  bool busy = false;  // counted as busy in the compute share
+  bool busy = false;             // counted as busy in the compute share
+  std::deque<outgoing> refused;  // waiting for room in their reward pool
+  bool retry_armed = false;
 };
 
 using rollout_pointer = rollout_actor::stateful_pointer<rollout_state>;
@@ -49,6 +74,15 @@ void keep_stepping(rollout_pointer self) {
 }
 
 void deliver(rollout_pointer self, kernels::generation_output& out);
+
+void fail(pending& p, const caf::error& err) {
+  if (p.to_pool)
+    p.to_pool->promise.deliver(err);
+  else
+    p.promise.deliver(err);
+}
+
+void send_to_pool(rollout_pointer self, outgoing o);
 
 void traced_step(rollout_pointer self) {
   auto& st = self->state;
@@ -87,18 +121,95 @@ void deliver(rollout_pointer self, kernels::generation_output& out) {
   t.timestamps.generation_end_ns = now_ns();
   if (out.finish == finish_reason::aborted) {
     // Never scored or trained: the controller generates it again.
-    p.promise.deliver(caf::make_error(caf::sec::runtime_error,
-                                      "rollout " + st.setup.name + ": the sequence was aborted by its engine"));
+    auto err = caf::make_error(caf::sec::runtime_error,
+                               "rollout " + st.setup.name + ": the sequence was aborted by its engine");
+    fail(p, err);
     st.in_flight.erase(it);
     return;
   }
   std::string text = st.setup.tokenizer ? st.setup.tokenizer->decode(out.tokens, true) : std::string{};
   auto packed_t = pack(t);
-  if (packed_t)
+  if (!packed_t) {
+    fail(p, packed_t.error());
+  } else if (p.to_pool) {
+    send_to_pool(self, {std::move(*p.to_pool), std::move(*packed_t), std::move(text), {}});
+  } else {
     p.promise.deliver(std::move(*packed_t), std::move(text));
-  else
-    p.promise.deliver(packed_t.error());
+  }
   st.in_flight.erase(it);
+}
+
+void arm_retry(rollout_pointer self) {
+  auto& st = self->state;
+  if (st.retry_armed || st.refused.empty())
+    return;
+  st.retry_armed = true;
+  self->delayed_send(self, pool_retry_interval, caf::tick_atom::value);
+}
+
+// The trajectory goes to its reward pool, which hands the scored one to the
+// store; the store's summary answers the controller. A full pool is asked
+// again (after other replies, or shortly), never longer than the scoring deadline.
+void send_to_pool(rollout_pointer self, outgoing o) {
+  auto pool = o.to.pool;
+  auto t = o.t;
+  auto text = o.text;
+  auto task = o.to.task;
+  auto store = o.to.store;
+  auto held = std::make_shared<outgoing>(std::move(o));
+  self->request(pool, self->state.setup.score_timeout, std::move(t), std::move(text), std::move(task), std::move(store))
+      .then(
+          [self, held](sample_summary& summary) {
+            held->to.promise.deliver(std::move(summary));
+            // A reply freed a place in a pool: the oldest refused sample goes now.
+            auto& st = self->state;
+            if (!st.refused.empty()) {
+              auto next = std::move(st.refused.front());
+              st.refused.pop_front();
+              send_to_pool(self, std::move(next));
+            }
+          },
+          [self, held](caf::error& err) {
+            auto& st = self->state;
+            bool queue_full =
+                err.category() == caf::atom("reward") && err.code() == static_cast<uint8_t>(reward_errc::queue_full);
+            auto now = std::chrono::steady_clock::now();
+            if (queue_full && held->first_refused == std::chrono::steady_clock::time_point{})
+              held->first_refused = now;
+            if (!queue_full || now - held->first_refused > st.setup.score_timeout) {
+              held->to.promise.deliver(
+                  queue_full ? caf::make_error(caf::sec::request_timeout,
+                                               "rollout " + st.setup.name + ": the reward pool stayed full for " +
+                                                   std::to_string(st.setup.score_timeout.count()) + " ms")
+                             : err);
+              return;
+            }
+            st.refused.push_back(std::move(*held));
+            arm_retry(self);
+          });
+}
+
+// A request into the engine; an error when the engine cannot take it.
+std::optional<caf::error> submit(rollout_pointer self, packed<generation_request>& msg,
+                                 caf::typed_response_promise<packed<trajectory>, std::string> promise,
+                                 std::optional<route> to_pool) {
+  auto& st = self->state;
+  auto request = unpack(msg);
+  if (!request)
+    return std::move(request.error());
+  kernels::generation_job job;
+  job.id = st.next_job++;
+  job.prompt = request->prompt_tokens;
+  job.sampling = request->sampling;
+  job.seed = request->seed;
+  try {
+    st.engine->submit(job);
+  } catch (const std::invalid_argument& e) {
+    return caf::make_error(caf::sec::invalid_argument, std::string{"rollout "} + st.setup.name + ": " + e.what());
+  }
+  st.in_flight.emplace(job.id, pending{std::move(promise), std::move(*request), now_ns(), std::move(to_pool)});
+  keep_stepping(self);
+  return std::nullopt;
 }
 
 rollout_actor::behavior_type rollout_behavior(rollout_pointer self, rollout_setup setup) {
@@ -106,25 +217,30 @@ rollout_actor::behavior_type rollout_behavior(rollout_pointer self, rollout_setu
   auto& s = self->state.setup;
   self->state.engine = std::make_unique<kernels::generation_engine>(*s.model, s.engine, s.initial_version);
   return {
-      [self](packed<generation_request>& msg) -> caf::result<packed<trajectory>, std::string> {
-        auto& st = self->state;
-        auto request = unpack(msg);
-        if (!request)
-          return std::move(request.error());
-        kernels::generation_job job;
-        job.id = st.next_job++;
-        job.prompt = request->prompt_tokens;
-        job.sampling = request->sampling;
-        job.seed = request->seed;
-        try {
-          st.engine->submit(job);
-        } catch (const std::invalid_argument& e) {
-          return caf::make_error(caf::sec::invalid_argument, std::string{"rollout "} + st.setup.name + ": " + e.what());
-        }
-        auto promise = self->make_response_promise<packed<trajectory>, std::string>();
-        st.in_flight.emplace(job.id, pending{promise, std::move(*request), now_ns()});
-        keep_stepping(self);
+      [self](packed<generation_request>& msg, packed<reward_task>& task, caf::actor& pool,
+             caf::actor& store) -> caf::result<sample_summary> {
+        if (!pool || !store)
+          return caf::make_error(caf::sec::invalid_argument,
+                                 "rollout " + self->state.setup.name + ": a request names no reward pool or store");
+        auto promise = self->make_response_promise<sample_summary>();
+        route to{promise, std::move(task), caf::actor_cast<reward_pool_actor>(pool), std::move(store)};
+        if (auto err = submit(self, msg, {}, std::move(to)))
+          promise.deliver(*err);  // the promise holds the request now: the error goes through it
         return promise;
+      },
+      [self](packed<generation_request>& msg) -> caf::result<packed<trajectory>, std::string> {
+        auto promise = self->make_response_promise<packed<trajectory>, std::string>();
+        if (auto err = submit(self, msg, promise, std::nullopt))
+          promise.deliver(*err);
+        return promise;
+      },
+      [self](caf::tick_atom) {
+        // Every sample a full pool refused is offered again; a refusal puts it back.
+        auto& st = self->state;
+        st.retry_armed = false;
+        auto waiting = std::exchange(st.refused, {});
+        for (auto& o : waiting)
+          send_to_pool(self, std::move(o));
       },
       [self](local_weights& w) {
         if (w.flat)

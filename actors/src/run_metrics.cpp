@@ -8,26 +8,28 @@
 
 namespace areal {
 
-batch_facts describe_batch(const std::vector<trajectory>& batch, int64_t version) {
+batch_facts describe_batch(const std::vector<sample_summary>& batch, int64_t version) {
   batch_facts f;
   int64_t correct = 0, min_len = INT64_MAX;
   double reward = 0, traj_staleness = 0, token_staleness = 0;
   for (auto& t : batch) {
-    auto n = static_cast<int64_t>(t.output_tokens.size());
+    auto n = t.output_tokens;
     f.tokens += n;
     min_len = std::min(min_len, n);
     f.response_tokens_max = std::max(f.response_tokens_max, n);
     reward += t.reward;
-    correct += t.judged == verdict::correct;
+    correct += t.judged == static_cast<uint8_t>(verdict::correct);
     int64_t oldest = version;
-    for (auto v : t.token_versions) {
+    for (size_t i = 0; i + 1 < t.version_runs.size(); i += 2) {
+      auto v = t.version_runs[i];
+      auto count = t.version_runs[i + 1];
       auto behind = std::max<int64_t>(0, version - v);
       oldest = std::min(oldest, v);
-      token_staleness += static_cast<double>(behind);
+      token_staleness += static_cast<double>(behind * count);
       f.staleness_token_max = std::max(f.staleness_token_max, behind);
       if (static_cast<int64_t>(f.staleness_token_histogram.size()) <= behind)
         f.staleness_token_histogram.resize(static_cast<size_t>(behind + 1));
-      f.staleness_token_histogram[static_cast<size_t>(behind)]++;
+      f.staleness_token_histogram[static_cast<size_t>(behind)] += count;
     }
     auto& p = f.producers.try_emplace(t.producer, 0, version).first->second;
     p.first++;

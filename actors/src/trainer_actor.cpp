@@ -74,15 +74,33 @@ std::vector<kernels::rl_sample> to_samples(trainer_pointer self, const std::vect
   return samples;
 }
 
-caf::result<train_report, local_weights> train(trainer_pointer self, std::vector<packed<trajectory>>& batch) {
+// The new version goes out: through the publisher (its reports to `report_to`),
+// or straight to the rollout workers of this process.
+void publish(trainer_pointer self, const local_weights& weights, caf::actor report_to) {
   auto& st = self->state;
-  std::vector<trajectory> trajectories;
-  for (auto& p : batch) {
-    auto t = unpack(p);
-    if (!t)
-      return std::move(t.error());
-    trajectories.push_back(std::move(*t));
+  if (!st.setup.publisher) {
+    for (auto& r : st.setup.rollouts)
+      self->send(r, weights);
+    return;
   }
+  self->request(st.setup.publisher, st.setup.publish_timeout, publish_atom::value, weights)
+      .then(
+          [report_to](std::vector<weight_delivery>& reports) {
+            if (report_to)
+              caf::anon_send(report_to, std::move(reports));
+          },
+          [report_to, version = weights.version](caf::error& err) {
+            weight_delivery failed;
+            failed.subscriber = "(all)";
+            failed.version = version;
+            failed.error = "publishing failed: " + describe(err);
+            if (report_to)
+              caf::anon_send(report_to, std::vector<weight_delivery>{failed});
+          });
+}
+
+caf::result<train_report> train(trainer_pointer self, const std::vector<trajectory>& trajectories) {
+  auto& st = self->state;
   train_report report;
   auto samples = to_samples(self, trajectories, report);
   kernels::step_stats stats;
@@ -124,7 +142,8 @@ caf::result<train_report, local_weights> train(trainer_pointer self, std::vector
   auto publish_start = std::chrono::steady_clock::now();
   auto weights = current_weights(self);
   report.publish_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - publish_start).count();
-  return caf::result<train_report, local_weights>(report, std::move(weights));
+  publish(self, weights, caf::actor_cast<caf::actor>(self->current_sender()));
+  return report;
 }
 
 }  // namespace
@@ -152,10 +171,18 @@ trainer_actor spawn_trainer(caf::actor_system& sys, trainer_setup setup) {
           }
         }
         return {
-            [self](train_atom, std::vector<packed<trajectory>>& batch) -> caf::result<train_report, local_weights> {
+            [self](train_atom, local_batch& batch) -> caf::result<train_report> {
               if (!self->state.broken.empty())
                 return caf::make_error(caf::sec::runtime_error, "trainer: " + self->state.broken);
-              return train(self, batch);
+              if (!batch.trajectories)
+                return caf::make_error(caf::sec::invalid_argument, "trainer: an empty batch");
+              return train(self, *batch.trajectories);
+            },
+            [self](eval_atom) -> caf::result<int64_t, double, double> {
+              auto& s = self->state;
+              if (!s.setup.evaluator)
+                return caf::make_error(caf::sec::invalid_argument, "trainer: no evaluator in this run");
+              return self->delegate(s.setup.evaluator, eval_atom::value, current_weights(self));
             },
             [self](weights_atom) -> caf::result<local_weights> {
               if (!self->state.broken.empty())

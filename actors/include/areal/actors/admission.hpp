@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "areal/messages/records.hpp"
+#include "areal/actors/sample_summary.hpp"
 
 namespace areal {
 
@@ -54,14 +54,14 @@ class staleness_gate {
   int64_t version_ = 0, accepted_ = 0, running_ = 0, admitted_total_ = 0;
 };
 
-/// Collects scored trajectories by group (the n samples of one prompt); a group
-/// enters a batch only when all its samples arrived. Groups with a dropped
-/// sample are dropped whole, with the reason kept.
+/// Collects the summaries of scored trajectories by group (the n samples of one
+/// prompt); a group enters a batch only when all its samples arrived. Groups
+/// with a dropped sample are dropped whole, with the reason kept.
 class group_buffer {
  public:
   explicit group_buffer(int64_t group_size);
 
-  void add(trajectory t);
+  void add(sample_summary s);
   /// One sample of `group_id` will never arrive (worker lost, generation failed).
   void drop_sample(uint64_t group_id, const std::string& reason);
   /// Complete groups, oldest first, until `batch_size` trajectories (whole groups only);
@@ -70,15 +70,17 @@ class group_buffer {
   /// bounds staleness by arrival order, but a group that completes late (a long
   /// tail) can still fall behind.
   /// `stale_dropped`, when given, is increased by the trajectories dropped so.
-  std::optional<std::vector<trajectory>> take_batch(int64_t batch_size, int64_t min_version = INT64_MIN,
-                                                    int64_t* stale_dropped = nullptr);
+  std::optional<std::vector<sample_summary>> take_batch(int64_t batch_size, int64_t min_version = INT64_MIN,
+                                                        int64_t* stale_dropped = nullptr);
 
-  /// A group that left the buffer without being trained (dropped whole): its id
-  /// and how many of its samples had been delivered (they counted as accepted).
+  /// A group that left the buffer without being trained (dropped whole): its id,
+  /// how many of its samples had been delivered (they counted as accepted) and
+  /// their slots in the sample store.
   struct closed_group {
     uint64_t group_id;
     int64_t delivered;
     std::string reason;
+    std::vector<uint64_t> slots;
   };
   /// The groups dropped since the last call.
   std::vector<closed_group> take_dropped_groups();
@@ -90,7 +92,7 @@ class group_buffer {
 
  private:
   struct partial_group {
-    std::vector<trajectory> members;
+    std::vector<sample_summary> members;
     int64_t missing_dropped = 0;
     std::string drop_reason;
   };
@@ -98,7 +100,7 @@ class group_buffer {
 
   int64_t group_size_;
   std::map<uint64_t, partial_group> partial_;
-  std::deque<std::vector<trajectory>> complete_;
+  std::deque<std::vector<sample_summary>> complete_;
   std::map<std::string, int64_t> dropped_;
   std::vector<closed_group> newly_dropped_;
 };

@@ -1,8 +1,10 @@
 // The controller: a thin actor over the run's bookkeeping parts. It takes
-// samples from the prompt stream under the staleness gate, dispatches them to
-// the least loaded rollout worker, routes finished trajectories to a reward
-// pool and into the group buffer, hands the trainer a batch as soon as one is
-// complete, and sends every new version's weights on. The sample ledger records
+// samples from the prompt stream under the staleness gate and dispatches each
+// to the least loaded rollout worker with the least loaded reward pool; the
+// trajectory travels worker -> pool -> sample store, and the controller gets
+// its summary (ids, verdict, lengths) into the group buffer. As soon as a batch
+// is complete it names its slots to the store, which hands them to the
+// trainer; the trainer publishes the new weights. The sample ledger records
 // where every sample is; the member tables hold the rollout workers and reward
 // pools with their requests; run_metrics writes metrics.jsonl; run_checkpoint
 // holds what a resumed run continues from.
@@ -44,19 +46,18 @@ struct controller_setup {
   uint64_t seed = 1;
   std::vector<rollout_actor> rollouts;  // in this process; more may join (join_atom)
   reward_pool_actor reward;             // in this process (optional when reward pools join)
-  trainer_actor trainer;
-  /// Optional: new weights go to the publisher, which hands them to every
-  /// subscriber (local rollout workers by pointer, remote nodes in bulk);
-  /// without one they are sent to `rollouts` directly.
-  weight_publisher_actor publisher;
-  /// Deadline of every request to a rollout worker or reward pool; a sample
-  /// whose request fails is generated again (up to 3 attempts), not lost.
+  trainer_actor trainer;                // checkpoints and evaluations
+  sample_store_actor store;             // beside the trainer: scored trajectories, batches
+  /// Whether the trainer's node publishes weights to other nodes (the metrics
+  /// then report transfer times).
+  bool remote_weights = false;
+  /// Deadline of every sample's request (generation, scoring, storing); a
+  /// sample whose request fails is generated again (up to 3 attempts), not lost.
   std::chrono::milliseconds request_timeout{600000};
   /// How long the run may have no rollout worker (before the first joins, or
   /// after the last is lost) before it stops with a checkpoint.
   std::chrono::milliseconds member_timeout{120000};
-  evaluator_actor evaluator;  // optional: evaluates every eval_every steps
-  int64_t eval_every = 0;
+  int64_t eval_every = 0;        // steps between evaluations by the trainer's evaluator (0: none)
   std::string metrics_path;      // JSON lines appended here; empty: no metrics file
   std::string checkpoint_dir;    // empty: no checkpoints
   int64_t checkpoint_every = 0;  // steps; 0: only when the run ends or stops

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/atom.hpp>
@@ -16,6 +17,7 @@
 #include <caf/type_id.hpp>
 #include <caf/typed_actor.hpp>
 
+#include "areal/actors/sample_summary.hpp"
 #include "areal/messages/packed.hpp"
 
 namespace at {
@@ -26,7 +28,7 @@ namespace areal {
 
 /// Version of the actor message protocol below. Nodes of different protocol
 /// versions refuse each other at the handshake.
-inline constexpr uint32_t protocol_version = 2;
+inline constexpr uint32_t protocol_version = 3;
 
 using stats_atom = caf::atom_constant<caf::atom("stats")>;
 using join_atom = caf::atom_constant<caf::atom("join")>;
@@ -86,16 +88,24 @@ struct local_weights {
 /// The ROLLOUT WORKER interface: a generation engine on its own thread that
 /// never waits for the trainer.
 using rollout_actor = caf::typed_actor<
-    // Generate one sample. The reply is the trajectory (prompt and output tokens,
-    // behaviour log-probabilities, the policy version of each token, finish
-    // reason) and the output decoded to text, for the reward service.
+    // Generate one sample and send it on: the trajectory (prompt and output
+    // tokens, behaviour log-probabilities, the policy version of each token,
+    // finish reason) and its text go to the reward pool (a reward_pool_actor)
+    // with the task, and the pool hands the scored trajectory to the sample
+    // store (a sample_store_actor). The reply, from the store, is the summary.
+    // A pool whose queue is full is asked again (back-pressure, bounded by the
+    // worker's scoring deadline); an aborted sequence is answered with an error.
+    caf::replies_to<packed<generation_request>, packed<reward_task>, caf::actor, caf::actor>::with<sample_summary>,
+    // Generate one sample only: the reply is the trajectory and its text.
     caf::replies_to<packed<generation_request>>::with<packed<trajectory>, std::string>,
     // New weights: applied at the next step boundary, interrupting in-flight
     // sequences (their caches are recomputed with the new weights).
     caf::reacts_to<local_weights>,
     // One engine step; the worker sends this to itself while it has work, so that
     // requests and weight updates are taken in between steps.
-    caf::reacts_to<step_atom>>;
+    caf::reacts_to<step_atom>,
+    // Offer the trajectories waiting for a full reward pool again (sent to itself).
+    caf::reacts_to<caf::tick_atom>>;
 
 using train_atom = caf::atom_constant<caf::atom("train")>;
 using weights_atom = caf::atom_constant<caf::atom("weights")>;
@@ -123,25 +133,53 @@ typename Inspector::result_type inspect(Inspector& f, train_report& x) {
            x.tokens, x.behaviour_masked, x.max_staleness, x.seconds, x.kl, x.lr, x.publish_seconds);
 }
 
+/// A batch inside one process: the sample store hands the trainer beside it
+/// the decoded trajectories by pointer.
+struct local_batch {
+  std::shared_ptr<const std::vector<trajectory>> trajectories;
+};
+
+using eval_atom = caf::atom_constant<caf::atom("eval")>;
+
 /// The TRAINER interface: decoupled PPO on its own thread.
 using trainer_actor = caf::typed_actor<
     // Train on scored trajectories (whole groups; rewards set by the reward
     // service): group advantages, proximal log-probabilities, one PPO update.
-    // The reply reports the step and carries the new weights for local rollout workers.
-    caf::replies_to<train_atom, std::vector<packed<trajectory>>>::with<train_report, local_weights>,
+    // The new weights go to the weight publisher (or the local rollout workers);
+    // the requester then receives the publisher's reports as a
+    // std::vector<weight_delivery>.
+    caf::replies_to<train_atom, local_batch>::with<train_report>,
     // The current weights and version (for a worker that joins).
     caf::replies_to<weights_atom>::with<local_weights>,
+    // Evaluate the current weights with the evaluator beside the trainer; the
+    // reply is (version, accuracy in [0, 1], mean response tokens).
+    caf::replies_to<eval_atom>::with<int64_t, double, double>,
     // Save a checkpoint of the current version into the directory (atomically),
     // with the controller's state of the same step as a file in it. The reply is
     // the version saved.
     caf::replies_to<checkpoint_atom, std::string, std::string>::with<int64_t>>;
 
-using eval_atom = caf::atom_constant<caf::atom("eval")>;
-
 /// The EVALUATOR interface: greedy decoding on the held-out prompts.
 using evaluator_actor = caf::typed_actor<
     // Evaluate these weights; the reply is (version, accuracy in [0, 1], mean response tokens).
     caf::replies_to<eval_atom, local_weights>::with<int64_t, double, double>>;
+
+using forget_atom = caf::atom_constant<caf::atom("forget")>;
+
+/// The SAMPLE STORE (the trainer's node): holds the scored trajectories until
+/// the controller names them for a batch. The bytes travel rollout worker ->
+/// reward pool -> store -> trainer; the controller sees summaries only.
+using sample_store_actor = caf::typed_actor<
+    // A scored trajectory (from a reward pool): kept under a new slot; the reply is its summary.
+    caf::replies_to<packed<trajectory>>::with<sample_summary>,
+    // Train on the trajectories of these slots (they leave the store): handed to
+    // the trainer, whose reply (train_report) goes to the requester.
+    caf::replies_to<train_atom, std::vector<uint64_t>>::with<train_report>,
+    // These slots will never be trained (their group was dropped, or a late
+    // reply was ignored): forgotten.
+    caf::reacts_to<forget_atom, std::vector<uint64_t>>,
+    // Slots held now.
+    caf::replies_to<stats_atom>::with<uint64_t>>;
 
 using publish_atom = caf::atom_constant<caf::atom("publish")>;
 using subscribe_atom = caf::atom_constant<caf::atom("subscribe")>;
@@ -240,6 +278,8 @@ using controller_actor = caf::typed_actor<
     // it gets work from now on; the controller monitors it, and when it is lost
     // its unfinished samples are queued again for the other members.
     caf::reacts_to<join_atom, std::string, std::string, caf::actor>,
+    // How the weights of a version reached each subscriber (from the trainer, after a step).
+    caf::reacts_to<std::vector<weight_delivery>>,
     // Membership deadline (sent to itself): no rollout worker for member_timeout ends the run.
     caf::reacts_to<caf::tick_atom>>;
 
@@ -270,6 +310,9 @@ using reward_pool_actor = caf::typed_actor<
     // the queue is full the request is refused with reward_errc::queue_full and
     // the caller keeps the trajectory: that is the back-pressure.
     caf::replies_to<packed<trajectory>, std::string, packed<reward_task>>::with<packed<trajectory>>,
+    // The same, with the scored trajectory handed to the sample store (a
+    // sample_store_actor), whose summary is the reply. Refused alike when full.
+    caf::replies_to<packed<trajectory>, std::string, packed<reward_task>, caf::actor>::with<sample_summary>,
     // The pool's counters.
     caf::replies_to<stats_atom>::with<reward_pool_stats>>;
 
@@ -309,6 +352,7 @@ const char* to_string(weight_errc x);
 }  // namespace areal
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(areal::local_weights)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(areal::local_batch)
 CAF_ERROR_CODE_ENUM(areal::node_errc, "node")
 CAF_ERROR_CODE_ENUM(areal::reward_errc, "reward")
 CAF_ERROR_CODE_ENUM(areal::weight_errc, "weights")
@@ -322,4 +366,9 @@ CAF_ADD_TYPE_ID(areal, (areal::packed<areal::node_stats>))
 CAF_ADD_TYPE_ID(areal, (areal::packed<areal::reward_task>))
 CAF_ADD_TYPE_ID(areal, (areal::reward_pool_stats))
 CAF_ADD_TYPE_ID(areal, (areal::weight_delivery))
+CAF_ADD_TYPE_ID(areal, (areal::sample_summary))
+CAF_ADD_TYPE_ID(areal, (areal::train_report))
+CAF_ADD_TYPE_ID(areal, (areal::controller_stats))
+CAF_ADD_TYPE_ID(areal, (std::vector<areal::weight_delivery>))
+CAF_ADD_TYPE_ID(areal, (std::vector<uint64_t>))
 CAF_END_TYPE_ID_BLOCK(areal)

@@ -54,6 +54,12 @@ class member_table {
     return request;
   }
 
+  /// The work of a request in flight (nothing when it was taken back).
+  Work* work(uint64_t request) {
+    auto it = requests_.find(request);
+    return it == requests_.end() ? nullptr : &it->second.second;
+  }
+
   /// The work of `request`, forgotten and its member's load released; nothing
   /// when the request is already forgotten (its member was lost and the work
   /// handed to another).

@@ -28,6 +28,7 @@ namespace areal {
 struct rl_job_actors {
   controller_actor controller;
   trainer_actor trainer;
+  sample_store_actor store;  // beside the trainer
   reward_pool_actor reward;  // unset when no reward role runs here
   std::vector<rollout_actor> rollouts;
   evaluator_actor evaluator;         // unset without periodic evaluation

@@ -2,6 +2,7 @@
 // detached actor, i.e. on its own thread, where LibTorch may block.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -24,6 +25,9 @@ struct rollout_setup {
   int64_t initial_version = 0;
   std::shared_ptr<compute_share> share;  // optional: the node's cores, shared with the trainer
   std::shared_ptr<tracer> trace;         // optional: spans "generate" and "weight sync"
+  /// A sample's deadline at its reward pool and sample store, and how long a
+  /// pool may stay full before the sample is answered with an error.
+  std::chrono::milliseconds score_timeout{600000};
 };
 
 rollout_actor spawn_rollout(caf::actor_system& sys, rollout_setup setup);

@@ -33,7 +33,7 @@ struct batch_facts {
   std::vector<uint64_t> prompt_positions;                        // of the batch's groups in the prompt stream
 };
 
-batch_facts describe_batch(const std::vector<trajectory>& batch, int64_t version);
+batch_facts describe_batch(const std::vector<sample_summary>& batch, int64_t version);
 
 /// The run's counters at the end of a step, for its metrics line.
 struct step_counters {

@@ -1,8 +1,10 @@
 // The trainer actor: wraps kernels::trainer in a detached actor (own thread).
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <caf/actor_system.hpp>
 
@@ -26,6 +28,12 @@ struct trainer_setup {
   /// The KL anchor pi_ref (used when config.kl_coef > 0): the policy RL started
   /// from, never updated. Its log-probabilities of every batch are one more forward pass.
   std::shared_ptr<kernels::policy_model> reference;
+  /// Where each new version goes: the publisher (local workers by pointer,
+  /// remote nodes in bulk), or without one straight to `rollouts`.
+  weight_publisher_actor publisher;
+  std::vector<rollout_actor> rollouts;
+  std::chrono::milliseconds publish_timeout{600000};
+  evaluator_actor evaluator;  // optional: answers eval_atom
 };
 
 trainer_actor spawn_trainer(caf::actor_system& sys, trainer_setup setup);
