@@ -138,8 +138,8 @@ trainer_actor fake_trainer(caf::actor_system& sys, std::shared_ptr<record> rec) 
   });
 }
 
-caf::actor listener(caf::actor_system& sys, std::shared_ptr<record> rec) {
-  return sys.spawn([rec](caf::event_based_actor*) -> caf::behavior {
+done_listener_actor listener(caf::actor_system& sys, std::shared_ptr<record> rec) {
+  return sys.spawn([rec](done_listener_actor::pointer) -> done_listener_actor::behavior_type {
     return {[rec](done_atom, int32_t code, std::string& why) {
       rec->done = true;
       rec->code = code;

@@ -52,10 +52,13 @@ struct fixture {
     self = std::make_unique<caf::scoped_actor>(*sys);
   }
 
-  node_actor spawn_controller() { return spawn_node(*sys, node_setup{config, config.nodes[0], caf::actor{*self}}); }
+  node_actor spawn_controller() {
+    return spawn_node(*sys,
+                      node_setup{config, config.nodes[0], caf::actor_cast<done_listener_actor>(caf::actor{*self})});
+  }
 
   node_hello worker_hello() {
-    node_setup setup{config, config.nodes[1], caf::actor{}};
+    node_setup setup{config, config.nodes[1], done_listener_actor{}};
     return make_hello(setup);
   }
 

@@ -211,7 +211,8 @@ TEST_CASE("the [reward] section configures the pool") {
   CHECK(c.scoring.code.limits.memory_bytes == (64u << 20));
   CHECK(c.scoring.countdown.use_all_numbers);
   CHECK(c.scoring.code.python == "/usr/bin/python3");
-  auto bad = parse_config("[reward]\nworkers = 0\n[[nodes]]\nname = \"a\"\nroles = [\"controller\", \"trainer\"]\n", "r.toml");
+  auto bad =
+      parse_config("[reward]\nworkers = 0\n[[nodes]]\nname = \"a\"\nroles = [\"controller\", \"trainer\"]\n", "r.toml");
   REQUIRE(bad.errors.size() == 1);
   CHECK(bad.errors[0].find("r.toml:2:11: reward.workers: value 0 is out of range") != std::string::npos);
 }

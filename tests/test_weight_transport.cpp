@@ -59,7 +59,7 @@ struct two_systems {
     s.node = "receiver";
     s.publisher = remote_publisher;
     s.sinks = {caf::actor{*receiver.self}};
-    s.listener = caf::actor{*receiver.self};
+    s.listener = caf::actor_cast<weights_listener_actor>(caf::actor{*receiver.self});
     s.expected_bytes = expected_bytes;
     s.allow_bulk = backend != weight_backend::caf;
     s.timeout = 20s;

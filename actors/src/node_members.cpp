@@ -29,7 +29,7 @@ struct members_state {
   bool rollouts_joined = false;
 };
 
-using members_pointer = caf::stateful_actor<members_state>*;
+using members_pointer = node_members_actor::stateful_pointer<members_state>;
 
 constexpr auto retry_interval = std::chrono::seconds(1);
 
@@ -58,7 +58,7 @@ void subscribe_to_weights(members_pointer self) {
             ws.publisher = publisher;
             for (auto& r : st.rollouts)
               ws.sinks.push_back(caf::actor_cast<caf::actor>(r));
-            ws.listener = caf::actor_cast<caf::actor>(self);
+            ws.listener = caf::actor_cast<weights_listener_actor>(self);
             ws.expected_bytes = st.model_bytes;
             ws.device_host = st.host;
             ws.allow_bulk = st.bulk;
@@ -75,9 +75,10 @@ void subscribe_to_weights(members_pointer self) {
 
 }  // namespace
 
-caf::actor spawn_node_members(caf::actor_system& sys, const run_config& config, const node_spec& self_spec,
-                              node_actor controller_node, std::shared_ptr<tracer> trace) {
-  return sys.spawn<caf::detached>([config, self_spec, controller_node, trace](members_pointer self) -> caf::behavior {
+node_members_actor spawn_node_members(caf::actor_system& sys, const run_config& config, const node_spec& self_spec,
+                                      node_actor controller_node, std::shared_ptr<tracer> trace) {
+  return sys.spawn<caf::detached>([config, self_spec, controller_node,
+                                   trace](members_pointer self) -> node_members_actor::behavior_type {
     auto& st = self->state;
     st.node = self_spec.name;
     st.head = controller_node;
@@ -106,8 +107,7 @@ caf::actor spawn_node_members(caf::actor_system& sys, const run_config& config, 
         subscribe_to_weights(self);
       } catch (const std::exception& e) {
         spdlog::error("cannot start the rollout workers: {}", e.what());
-        self->quit(caf::make_error(caf::sec::runtime_error, e.what()));
-        return {};
+        self->quit(caf::make_error(caf::sec::runtime_error, e.what()));  // the handlers below never run
       }
     }
     return {

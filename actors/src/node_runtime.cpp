@@ -90,7 +90,7 @@ int run_node(const run_config& config, const node_spec& self_spec, const node_ru
     caf::scoped_actor self{sys};
     node_actor node;
     if (!whole) {
-      node = spawn_node(sys, node_setup{config, self_spec, caf::actor{self}});
+      node = spawn_node(sys, node_setup{config, self_spec, caf::actor_cast<done_listener_actor>(caf::actor{self})});
       if (self_spec.port != 0) {
         auto port = uses_tls(config) ? caf::openssl::publish(node, self_spec.port, self_spec.host.c_str(), false)
                                      : sys.middleman().publish(node, self_spec.port, self_spec.host.c_str(), false);

@@ -39,7 +39,7 @@ struct node_state {
   node_stats stats;
   caf::actor controller;  // RL, controller node: the job's controller and weight publisher
   caf::actor publisher;
-  caf::actor members;                      // RL, other nodes: the agent of this node's rollout workers and reward pool
+  node_members_actor members;              // RL, other nodes: the agent of this node's rollout workers and reward pool
   std::shared_ptr<tracer> trace;           // RL, other nodes: the members' spans, for the controller node's trace
   int64_t controller_clock_offset_ns = 0;  // the controller node's wall clock minus ours (at the handshake)
 };

@@ -205,7 +205,7 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
   cs.checkpoint_every = rl.checkpoint_every;
   cs.resume = resume;
   cs.trace = trace;
-  cs.listener = caf::actor{self};
+  cs.listener = caf::actor_cast<done_listener_actor>(caf::actor{self});
   cs.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.cluster.request_timeout_s * 1000));
   cs.member_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.cluster.connect_timeout_s * 1000));
   spdlog::info("RL: {} mode, eta {}, {} steps of {} trajectories ({} prompts x {} samples), {} compute threads ({})",

@@ -73,7 +73,7 @@ struct held_version {
 struct subscriber_entry {
   caf::actor handle;
   bool local = false;
-  caf::actor bulk_sender;  // the sending side of its bulk link (Gloo, NCCL), when it has one
+  bulk_sender_actor bulk_sender;  // the sending side of its bulk link (Gloo, NCCL), when it has one
 };
 
 struct pending_publish {
@@ -150,18 +150,19 @@ void record(publisher_pointer self, const weight_delivery& report) {
 // The sending side of one subscriber's bulk link, on a thread of its own:
 // opening the link and sending block until the receiver takes part (or the
 // deadline passes).
-caf::behavior bulk_sender(caf::event_based_actor* self, std::function<std::shared_ptr<bulk_link>()> open,
-                          chunk_tamper tamper) {
+bulk_sender_actor::behavior_type bulk_sender(bulk_sender_actor::pointer self,
+                                             std::function<std::shared_ptr<bulk_link>()> open, chunk_tamper tamper) {
   std::shared_ptr<bulk_link> link;
   try {
     link = open();
   } catch (const std::exception& e) {
     spdlog::warn("weight publisher: {}; that subscriber fetches over CAF", e.what());
     self->quit(caf::exit_reason::normal);  // normal: the linked publisher lives on
-    return {};
   }
   return {
       [self, link, tamper](push_atom, local_weights& w, packed<weight_manifest>& packed_manifest) -> caf::result<bool> {
+        if (!link)
+          return caf::make_error(caf::sec::runtime_error, "weight publisher: the bulk link did not open");
         try {
           if (!w.flat) {
             weight_manifest none;

@@ -23,7 +23,8 @@ roles = ["controller", "trainer"]
   areal::configure_actor_system(cfg, config.config->cluster);
   caf::actor_system sys{cfg};
   caf::scoped_actor self{sys};
-  auto node = areal::spawn_node(sys, areal::node_setup{*config.config, config.config->nodes[0], caf::actor{self}});
+  auto node = areal::spawn_node(sys, areal::node_setup{*config.config, config.config->nodes[0],
+                                                       caf::actor_cast<areal::done_listener_actor>(caf::actor{self})});
   int rc = 1;
   self->request(node, std::chrono::seconds(10), areal::stats_atom::value)
       .receive(

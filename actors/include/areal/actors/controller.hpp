@@ -64,7 +64,7 @@ struct controller_setup {
   std::optional<controller_checkpoint> resume;
   std::shared_ptr<tracer> trace;
   /// Receives (done_atom, int32_t exit_code, std::string why) once, when the run ends.
-  caf::actor listener;
+  done_listener_actor listener;
 };
 
 controller_actor spawn_controller(caf::actor_system& sys, controller_setup setup);

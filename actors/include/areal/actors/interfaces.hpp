@@ -240,6 +240,32 @@ using weight_subscriber_actor = caf::typed_actor<
     // to the newest version, not through every one).
     caf::reacts_to<fetch_atom>>;
 
+/// The SUBSCRIBER'S LISTENER: told after each version whether it reached this
+/// node's rollout workers (the text is empty) or why not.
+using weights_listener_actor = caf::typed_actor<caf::reacts_to<weights_atom, int64_t, std::string>>;
+
+/// A BULK SENDER (the publisher's, one per subscriber with a bulk link, on a
+/// thread of its own since sending blocks until the receiver takes part): sends
+/// one version over the link; the reply says whether weights went (false: a
+/// "nothing" version that releases the receiver).
+using bulk_sender_actor =
+    caf::typed_actor<caf::replies_to<push_atom, local_weights, packed<weight_manifest>>::with<bool>>;
+
+/// The NODE MEMBERS actor of a node other than the controller's (rl_job.hpp,
+/// spawn_node_members): the agent of that node's rollout workers and reward pool.
+using node_members_actor = caf::typed_actor<
+    // Hand a member (role "rollout" or "reward") to the run; asked again while
+    // the controller node answers not_ready.
+    caf::reacts_to<join_atom, std::string, caf::actor>,
+    // Ask the controller node for the weight publisher again and subscribe.
+    caf::reacts_to<publisher_atom>,
+    // The weight subscriber's report of a version (a weights_listener_actor).
+    caf::reacts_to<weights_atom, int64_t, std::string>>;
+
+/// A DONE LISTENER: told once, when a run (the controller's) or a node ends,
+/// with the exit code and why.
+using done_listener_actor = caf::typed_actor<caf::reacts_to<done_atom, int32_t, std::string>>;
+
 /// Counters of the controller: every admitted sample ends trained or dropped.
 struct controller_stats {
   int64_t version = 0;

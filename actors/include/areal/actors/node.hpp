@@ -35,7 +35,7 @@ struct node_setup {
   run_config config;
   node_spec self;  // this node (roles possibly overridden by --role)
   /// Receives (done_atom, int32_t exit_code, std::string why) once, when the node stops.
-  caf::actor listener;
+  done_listener_actor listener;
   uint32_t protocol = protocol_version;  // what this node claims at the handshake
 };
 

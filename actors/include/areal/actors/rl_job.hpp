@@ -74,7 +74,7 @@ rl_job_result run_rl_job(const rl_job_options& options, const std::atomic<bool>&
 /// roles name (rollout workers with a weight subscriber, a reward pool) and
 /// has them join the run through the controller node's node actor, the
 /// rollout workers once they hold the current weights. Linked to its members.
-caf::actor spawn_node_members(caf::actor_system& sys, const run_config& config, const node_spec& self,
-                              node_actor controller_node, std::shared_ptr<tracer> trace);
+node_members_actor spawn_node_members(caf::actor_system& sys, const run_config& config, const node_spec& self,
+                                      node_actor controller_node, std::shared_ptr<tracer> trace);
 
 }  // namespace areal

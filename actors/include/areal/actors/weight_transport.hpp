@@ -52,7 +52,7 @@ struct weight_subscriber_setup {
   std::string node;                       // this node's name, as the publisher reports it
   caf::actor publisher;                   // a weight_publisher_actor, usually remote
   std::vector<caf::actor> sinks;          // rollout workers of this node: each gets local_weights
-  caf::actor listener;                    // optional: gets (weights_atom, int64_t version) after each version
+  weights_listener_actor listener;        // optional: gets (weights_atom, version, error) after each version
   uint64_t expected_bytes = 0;            // the local model's buffer size; 0: accept any
   std::string device_host = "127.0.0.1";  // this node's address for the Gloo link
   bool allow_bulk = true;                 // false: always fetch over CAF, whatever link is offered

@@ -1,4 +1,6 @@
-// areal: runs one node of an areal topology (see `areal --help`).
+// areal: runs one node of an areal topology (see `areal --help`). The program
+// sits above every library (runtime, kernels, actors), so it lives here, with
+// the actors it starts, and not in runtime/, the lowest layer.
 #include <unistd.h>
 
 #include <cstdio>
