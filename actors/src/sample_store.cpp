@@ -71,6 +71,11 @@ sample_store_actor spawn_sample_store(caf::actor_system& sys, trainer_actor trai
             batch->push_back(std::move(it->second));
             st.held.erase(it);
           }
+          // In sample order, not arrival order: the micro-batches, and so the
+          // step, are the same whatever order the threads delivered the samples in.
+          std::sort(batch->begin(), batch->end(), [](const trajectory& x, const trajectory& y) {
+            return x.group_id != y.group_id ? x.group_id < y.group_id : x.sample_index < y.sample_index;
+          });
           return self->delegate(st.trainer, train_atom::value, local_batch{std::move(batch)});
         },
         [self](forget_atom, std::vector<uint64_t>& slots) {
