@@ -219,7 +219,10 @@ TEST_CASE("the model section has defaults and checks its choices") {
   // What this build cannot do is refused with the reason, never accepted and ignored.
   CHECK(contains(only_error(two_nodes, {"model.device=cuda:1"}),
                  "--set model.device=cuda:1: model.device: \"cuda:1\": this build runs the model on the CPU only"));
-  CHECK(contains(only_error(two_nodes, {"model.dtype=bfloat16"}), "this build computes in float32 only"));
+  CHECK(contains(only_error(two_nodes, {"model.dtype=float16"}), "CPU autocast has no float16 kernels"));
+  auto bf16 = parse_config(two_nodes, "topo.toml", {"model.dtype=bfloat16"});
+  REQUIRE(bf16.config);
+  CHECK(bf16.config->model.dtype == "bfloat16");
 }
 
 TEST_CASE("a missing file is a clear error") {

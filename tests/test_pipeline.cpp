@@ -358,3 +358,13 @@ TEST_CASE("the clipping keys take effect: behaviour_mode and dual_clip") {
   MESSAGE("first step loss: plain " << first(plain4, "loss") << ", dual clip " << first(dual, "loss"));
   CHECK(first(dual, "loss") < first(plain4, "loss") - 1e-4);
 }
+
+TEST_CASE("model.dtype = bfloat16 runs the whole job: warm start, generation, training") {
+  auto bf16 = steps_of("bf16", {"model.dtype=bfloat16"});
+  auto fp32 = steps_of("fp32", {});
+  MESSAGE("first step grad_norm: bfloat16 " << bf16[0]["grad_norm"].get<double>() << ", float32 "
+                                            << fp32[0]["grad_norm"].get<double>());
+  CHECK(total(bf16, "grad_norm") > 0);
+  CHECK(bf16[0]["masked_fraction"].get<double>() == 0);  // behaviour and proximal log-probabilities agree
+  CHECK(bf16[0]["grad_norm"].get<double>() != fp32[0]["grad_norm"].get<double>());  // it computed in bfloat16
+}

@@ -165,6 +165,61 @@ TEST_CASE("the engine's behaviour log-probabilities equal the trainer's for the 
       CHECK(std::abs(outs[i].logprobs[k] - logp[i][k]) <= 1e-4);
 }
 
+TEST_CASE("in bfloat16 the engine and the trainer agree, and bfloat16 is what they compute in") {
+  auto config = test_config();
+  config.compute_dtype = "bfloat16";
+  policy_model model(config);
+  model.init_random(9, 0.1);
+  CHECK((model.compute_dtype() == at::kBFloat16));
+  CHECK((model.flat().scalar_type() == at::kFloat));  // the master weights stay float32
+  auto fp32_config = test_config();
+  policy_model reference(fp32_config);
+  reference.flat().copy_(model.flat());
+  generation_engine engine(model, {4, 64, 16, true});
+  for (uint64_t i = 0; i < 6; ++i) {
+    generation_job j;
+    j.id = i;
+    j.prompt = {1, 2, static_cast<int32_t>(3 + i)};
+    j.sampling.max_new_tokens = 20;
+    j.seed = i;
+    engine.submit(j);
+  }
+  auto outs = engine.run_to_completion();
+  std::vector<std::vector<int32_t>> prompts, responses;
+  for (auto& o : outs) {
+    prompts.push_back(o.prompt);
+    responses.push_back(o.tokens);
+  }
+  trainer bf16_trainer(model, {});
+  auto logp = bf16_trainer.response_logprobs(prompts, responses);
+  trainer fp32_trainer(reference, {});
+  auto exact = fp32_trainer.response_logprobs(prompts, responses);
+  double engine_vs_trainer = 0, bf16_vs_fp32 = 0;
+  for (size_t i = 0; i < outs.size(); ++i)
+    for (size_t k = 0; k < outs[i].logprobs.size(); ++k) {
+      engine_vs_trainer = std::max(engine_vs_trainer, static_cast<double>(std::abs(outs[i].logprobs[k] - logp[i][k])));
+      bf16_vs_fp32 = std::max(bf16_vs_fp32, static_cast<double>(std::abs(logp[i][k] - exact[i][k])));
+    }
+  MESSAGE("largest log-probability difference: engine against trainer in bfloat16 "
+          << engine_vs_trainer << ", bfloat16 against float32 " << bf16_vs_fp32);
+  CHECK(engine_vs_trainer <= 0.05);  // the stated tolerance (measured: 0.018); float32 agrees within 1e-4
+  CHECK(bf16_vs_fp32 > 1e-4);        // they are bfloat16 products, not float32 ones
+  CHECK(bf16_vs_fp32 <= 0.1);
+
+  // Training in bfloat16: float32 gradients and optimizer state, and the loss goes down.
+  trainer_config tc;
+  tc.optimizer.lr = 1e-2;
+  trainer sft(model, tc);
+  sft_sample sample{{1, 2, 3}, {4, 5, 6, 7}};
+  auto first = sft.sft_update({sample}).loss;
+  double last = first;
+  for (int i = 0; i < 10; ++i)
+    last = sft.sft_update({sample}).loss;
+  CHECK((model.flat().scalar_type() == at::kFloat));
+  CHECK(std::isfinite(last));
+  CHECK(last < 0.8 * first);
+}
+
 TEST_CASE("first-fit decreasing packing keeps the budget and places every sequence once") {
   std::vector<int64_t> lengths;
   for (int i = 0; i < 200; ++i)

@@ -116,6 +116,9 @@ model_parts make_model(const run_config& c) {
     m.policy = std::make_shared<kernels::policy_model>(m.config);
     m.policy->init_random(stream_seed(c.run.seed, 4));
   }
+  // Parameters stay float32 (the master weights); model.dtype sets the precision of the matrix products.
+  m.policy->set_compute_dtype(c.model.dtype);
+  m.config = m.policy->config();
   for (auto name : {"<eos>", "<|endoftext|>", "</s>", "<|im_end|>"})
     if (auto id = m.tokenizer->token_id(name)) {
       m.eos = *id;

@@ -2,6 +2,10 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <stdexcept>
+
+#include "areal/kernels/precision.hpp"
+
 namespace areal::kernels {
 
 namespace {
@@ -20,7 +24,8 @@ at::Tensor chunk_logits(const at::Tensor& hidden, const at::Tensor& weight, int6
 
 struct chunked_logprob_function : torch::autograd::Function<chunked_logprob_function> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
-                            const at::Tensor& targets, double inv_temp, int64_t max_elements) {
+                            const at::Tensor& targets, double inv_temp, int64_t max_elements, bool bf16) {
+    compute_precision precision(bf16 ? at::kBFloat16 : at::kFloat);
     auto total = hidden.size(0), rows = chunk_rows(weight.size(0), max_elements);
     auto logp = at::empty({total}, hidden.options().dtype(at::kFloat));
     auto lse = at::empty({total}, hidden.options().dtype(at::kFloat));
@@ -34,6 +39,7 @@ struct chunked_logprob_function : torch::autograd::Function<chunked_logprob_func
     ctx->save_for_backward({hidden, weight, targets, lse});
     ctx->saved_data["inv_temp"] = inv_temp;
     ctx->saved_data["rows"] = rows;
+    ctx->saved_data["bf16"] = bf16;
     return logp;
   }
 
@@ -43,6 +49,8 @@ struct chunked_logprob_function : torch::autograd::Function<chunked_logprob_func
     auto &hidden = saved[0], &weight = saved[1], &targets = saved[2], &lse = saved[3];
     auto inv_temp = ctx->saved_data["inv_temp"].toDouble();
     auto rows = ctx->saved_data["rows"].toInt();
+    // The logits are recomputed as the forward pass computed them (the saved log-sum-exp belongs to those).
+    compute_precision precision(ctx->saved_data["bf16"].toBool() ? at::kBFloat16 : at::kFloat);
     auto grad = grads[0].to(at::kFloat);
     auto total = hidden.size(0);
     auto grad_hidden = at::zeros_like(hidden);
@@ -58,15 +66,18 @@ struct chunked_logprob_function : torch::autograd::Function<chunked_logprob_func
       at::mm_out(grad_rows, d.to(hidden.scalar_type()), weight);
       grad_weight.addmm_(d.t(), hidden.narrow(0, begin, n).to(at::kFloat));  // in place: no [V, H] temporary
     }
-    return {grad_hidden, grad_weight.to(weight.scalar_type()), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {grad_hidden, grad_weight.to(weight.scalar_type()), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
 }  // namespace
 
 at::Tensor chunked_token_logprobs(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
-                                  double temperature, int64_t max_chunk_elements) {
-  return chunked_logprob_function::apply(hidden, weight, targets.to(at::kLong), 1.0 / temperature, max_chunk_elements);
+                                  double temperature, int64_t max_chunk_elements, at::ScalarType compute) {
+  if (compute != at::kFloat && compute != at::kBFloat16)
+    throw std::invalid_argument("chunked_token_logprobs: compute in float32 or bfloat16");
+  return chunked_logprob_function::apply(hidden, weight, targets.to(at::kLong), 1.0 / temperature, max_chunk_elements,
+                                         compute == at::kBFloat16);
 }
 
 at::Tensor naive_token_logprobs(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,

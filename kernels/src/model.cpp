@@ -1,4 +1,5 @@
 #include "areal/kernels/model.hpp"
+#include "areal/kernels/precision.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -94,6 +95,7 @@ void kv_cache::move_slot(int64_t from, int64_t to) {
 
 policy_model::policy_model(model_config config, at::TensorOptions options) : config_(std::move(config)) {
   config_.validate("model configuration");
+  compute_ = parse_compute_dtype(config_.compute_dtype);
   auto h = config_.hidden_size, d = config_.head_dim();
   auto q = config_.num_attention_heads * d, kv = config_.num_key_value_heads * d, inter = config_.intermediate_size;
   int64_t offset = 0;
@@ -310,6 +312,7 @@ at::Tensor policy_model::forward(const at::Tensor& tokens, const std::vector<int
   auto total = tokens.size(0);
   if (cu_seqlens.size() < 2 || cu_seqlens.front() != 0 || cu_seqlens.back() != total)
     throw std::invalid_argument("cu_seqlens must run from 0 to the number of tokens");
+  compute_precision precision(compute_);
   auto d = config_.head_dim(), kv_heads = config_.num_key_value_heads;
   auto group = config_.num_attention_heads / kv_heads;
   double scale = 1.0 / std::sqrt(static_cast<double>(d));
@@ -343,6 +346,7 @@ at::Tensor policy_model::forward(const at::Tensor& tokens, const std::vector<int
 
 at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input) const {
   at::NoGradGuard no_grad;
+  compute_precision precision(compute_);
   auto total = static_cast<int64_t>(input.tokens.size());
   auto d = config_.head_dim(), kv_heads = config_.num_key_value_heads;
   auto group = config_.num_attention_heads / kv_heads;
@@ -409,8 +413,9 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
     auto& cv = cache.values[l];
     auto [q, k, v] = project_qkv(layer, rms_norm(x, layer.input_norm), angles);
     // Append to the cache: cache[slot, head, pos] = k[row, head], as rows of a flat view.
-    ck.view({-1, d}).index_copy_(0, cache_rows, k.reshape({-1, d}));
-    cv.view({-1, d}).index_copy_(0, cache_rows, v.reshape({-1, d}));
+    // (In bfloat16 compute k and v arrive in the products' type; the cache keeps the model's.)
+    ck.view({-1, d}).index_copy_(0, cache_rows, k.reshape({-1, d}).to(ck.scalar_type()));
+    cv.view({-1, d}).index_copy_(0, cache_rows, v.reshape({-1, d}).to(cv.scalar_type()));
     auto attn = at::empty({total, config_.num_attention_heads * d}, x.options());
     if (!decode_rows.empty()) {
       // All single-token decodes at once over slots [0, decode_range).
@@ -419,7 +424,7 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
         qd = q.view({decode_range, kv_heads, group, d});
       } else {
         qd = at::zeros({decode_range, config_.num_attention_heads, d}, q.options());
-        qd.index_copy_(0, decode_slot_index, q.index_select(0, decode_row_index));
+        qd.index_copy_(0, decode_slot_index, q.index_select(0, decode_row_index).to(qd.scalar_type()));
         qd = qd.view({decode_range, kv_heads, group, d});
       }
       auto keys = ck.narrow(0, 0, decode_range).narrow(2, 0, decode_len);  // [range, kv, L, d]
@@ -431,7 +436,7 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
       if (all_decode_in_order)
         attn = out;
       else
-        attn.index_copy_(0, decode_row_index, out.index_select(0, decode_slot_index));
+        attn.index_copy_(0, decode_row_index, out.index_select(0, decode_slot_index).to(attn.scalar_type()));
     }
     for (auto i : prefill_segments) {
       auto slot = input.slots[i], count = input.counts[i], start = segment_start[i];
@@ -449,7 +454,13 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
   return rms_norm(x, final_norm_);
 }
 
+void policy_model::set_compute_dtype(const std::string& name) {
+  compute_ = parse_compute_dtype(name);
+  config_.compute_dtype = name;
+}
+
 at::Tensor policy_model::logits(const at::Tensor& hidden) const {
+  compute_precision precision(compute_);
   return at::linear(hidden, lm_head_);
 }
 

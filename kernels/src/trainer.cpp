@@ -106,7 +106,7 @@ at::Tensor trainer::micro_batch_logprobs(policy_model& model, const std::vector<
   auto hidden = model.forward(at::tensor(tokens).to(device), cu);
   auto selected = hidden.index_select(0, at::tensor(rows).to(device));
   return chunked_token_logprobs(selected, model.output_weight(), at::tensor(targets).to(device), config_.temperature,
-                                config_.logprob_chunk_elements);
+                                config_.logprob_chunk_elements, model.compute_dtype());
 }
 
 size_t trainer::replicas_now() const {

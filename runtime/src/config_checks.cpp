@@ -333,9 +333,10 @@ void check_rules(toml::table& root, context& ctx) {
     ctx.fail(ctx.where(root["model"]["device"].node()), "model.device",
              "\"" + *device + "\": this build runs the model on the CPU only; use \"cpu\"");
   auto dtype = root["model"]["dtype"].value<std::string>();
-  if (dtype && *dtype != "float32")
+  if (dtype && *dtype == "float16")
     ctx.fail(ctx.where(root["model"]["dtype"].node()), "model.dtype",
-             "\"" + *dtype + "\": this build computes in float32 only; use \"float32\"");
+             "\"float16\": LibTorch's CPU autocast has no float16 kernels; use \"bfloat16\" (float32 parameters, "
+             "bfloat16 matrix products) or \"float32\"");
   auto dual = root["rl"]["dual_clip"].value<double>();
   if (dual && *dual > 0 && *dual <= 1)
     ctx.fail(ctx.where(root["rl"]["dual_clip"].node()), "rl.dual_clip",

@@ -186,7 +186,8 @@ std::vector<section> make_table() {
                    text("device", &c::model, &model_spec::device,
                         "where the model runs; this build runs it on cpu only (GPUs: a later release)"),
                    text("dtype", &c::model, &model_spec::dtype,
-                        "parameter and activation type; this build computes in float32 only",
+                        "precision of the matrix products: float32, or bfloat16 (parameters, optimizer state, "
+                        "norms and softmax stay float32); float16 is refused on CPU",
                         {"float32", "bfloat16", "float16"}),
                }});
   t.push_back(

@@ -14,9 +14,11 @@
 namespace areal::kernels {
 
 /// hidden [T, H], weight [V, H], targets [T] (int64) -> logp [T] (float32),
-/// differentiable with respect to hidden and weight.
+/// differentiable with respect to hidden and weight. The logits are computed in
+/// `compute` precision (float32 or bfloat16), in the backward pass too.
 at::Tensor chunked_token_logprobs(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
-                                  double temperature = 1.0, int64_t max_chunk_elements = int64_t{1} << 26);
+                                  double temperature = 1.0, int64_t max_chunk_elements = int64_t{1} << 26,
+                                  at::ScalarType compute = at::kFloat);
 
 /// The plain formula with the full [T, V] log-softmax: the reference for tests and benchmarks.
 at::Tensor naive_token_logprobs(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,

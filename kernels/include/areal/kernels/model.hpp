@@ -54,6 +54,10 @@ class policy_model {
   explicit policy_model(model_config config, at::TensorOptions options = at::TensorOptions().dtype(at::kFloat));
 
   const model_config& config() const { return config_; }
+  /// Precision of the forward pass's matrix products (config().compute_dtype).
+  at::ScalarType compute_dtype() const { return compute_; }
+  /// "float32" or "bfloat16" (throws std::invalid_argument otherwise).
+  void set_compute_dtype(const std::string& name);
   at::TensorOptions options() const { return flat_.options(); }
   at::Tensor& flat() { return flat_; }
   const at::Tensor& flat() const { return flat_; }
@@ -105,6 +109,7 @@ class policy_model {
   at::Tensor rotate(const at::Tensor& x, const rotary& angles) const;
 
   model_config config_;
+  at::ScalarType compute_ = at::kFloat;
   at::Tensor flat_;
   at::Tensor flat_grad_;
   std::vector<parameter_entry> layout_;

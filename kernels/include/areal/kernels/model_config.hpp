@@ -28,6 +28,9 @@ struct model_config {
   bool attention_bias = true;
   int64_t bos_token_id = -1;
   int64_t eos_token_id = -1;
+  /// Not part of config.json: the run's model.dtype. "float32", or "bfloat16":
+  /// matrix products in bfloat16, parameters and everything else in float32.
+  std::string compute_dtype = "float32";
 
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
   /// Number of parameters (the LM head counted once when tied).
