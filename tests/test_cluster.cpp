@@ -271,3 +271,71 @@ TEST_CASE("losing the head stops every node and the restarted run resumes from i
   // No prompt trained twice across the two runs, staleness within the bound, every step once.
   CHECK(check_steps(c, 2).size() == 24);
 }
+
+TEST_CASE("three processes, the trainer on a node of its own, run the RL job and it learns") {
+  scratch_dir dir{"three"};
+  std::vector<std::string> settings = {"model.preset=micro",
+                                       "task.max_value=9",
+                                       "task.median_terms=2.0",
+                                       "task.max_terms=3",
+                                       "task.truncated_fraction=0.5",
+                                       "run.seed=3",
+                                       "sft.steps=300",
+                                       "sft.lr=3e-3",
+                                       "rl.steps=16",
+                                       "rl.batch_size=32",
+                                       "rl.max_new_tokens=8",
+                                       "rl.lr=3e-4",
+                                       "rl.rollout_slots=32",
+                                       "rl.max_concurrent=64",
+                                       "rl.checkpoint_every=8",
+                                       "eval.prompts=128",
+                                       "eval.every=8",
+                                       "reward.workers=1",
+                                       "cluster.heartbeat_interval_ms=200",
+                                       "cluster.connection_timeout_ms=1500",
+                                       "cluster.connect_timeout_s=60"};
+  for (auto n : {"head", "trainer", "worker"})
+    settings.push_back(std::string{"nodes."} + n + ".port=" + std::to_string(free_port()));
+  std::vector<std::unique_ptr<node_process>> procs;
+  for (auto n : {"head", "trainer", "worker"}) {
+    std::vector<std::string> args{"--config", AREAL_SOURCE_DIR "/configs/three_nodes.toml", "--node", n};
+    for (auto& s : settings) {
+      args.push_back("--set");
+      args.push_back(s);
+    }
+    procs.push_back(std::make_unique<node_process>(args, dir.path / (std::string{n} + ".log"), dir.path));
+    REQUIRE(procs.back()->started());
+  }
+  auto& head = *procs[0];
+  REQUIRE_MESSAGE(head.wait_exit(150s) == 0, head.log() << "\n--- trainer ---\n" << procs[1]->log());
+  for (size_t i = 1; i < procs.size(); ++i)
+    CHECK_MESSAGE(procs[i]->wait_exit(15s) == 0, procs[i]->log());
+  CHECK(head.log().find("the trainer runs on its own node") != std::string::npos);
+  CHECK(procs[1]->log().find("the trainer starts from") != std::string::npos);
+  CHECK(procs[2]->log().find("weights: subscribed") != std::string::npos);
+  auto run = dir.path / "runs/three-nodes";
+  auto s = nlohmann::json::parse(std::ifstream(run / "summary.json"));
+  MESSAGE("three nodes: accuracy " << s["accuracy_before"].get<double>() << " -> " << s["accuracy_after"].get<double>()
+                                   << ", " << s["trained"] << " trained, " << s["dropped"] << " dropped");
+  CHECK(s["steps"] == 16);
+  CHECK(s["admitted"].get<int64_t>() == s["trained"].get<int64_t>() + s["dropped"].get<int64_t>());
+  CHECK(s["max_staleness"].get<int64_t>() <= 2);
+  CHECK_MESSAGE(s["accuracy_after"].get<double>() > s["accuracy_before"].get<double>() + 0.05, s.dump());
+  // The trainer's node wrote the checkpoints and trained; its spans are on the head's timeline.
+  CHECK(std::filesystem::exists(run / "checkpoint" / "trainer_state.json"));
+  auto trace = nlohmann::json::parse(std::ifstream(run / "trace.json"));
+  std::map<int, std::string> tracks;
+  for (auto& e : trace["traceEvents"])
+    if (e["ph"] == "M" && e["name"] == "thread_name")
+      tracks[e["tid"].get<int>()] = e["args"]["name"].get<std::string>();
+  int trained_remotely = 0, periodic_evals = 0;
+  for (auto& e : trace["traceEvents"])
+    if (e["ph"] == "X" && e["name"] == "train")
+      trained_remotely += tracks[e["tid"].get<int>()] == "trainer/trainer";
+  std::ifstream metrics(run / "metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);)
+    periodic_evals += line.find("\"event\":\"eval\"") != std::string::npos;
+  CHECK(trained_remotely == 16);
+  CHECK(periodic_evals >= 2);  // after step 8 and the final one
+}

@@ -317,13 +317,18 @@ TEST_CASE("every key fills its member, and the defaults are the configuration's 
   CHECK(contains(only_error(two_nodes, {"rl.overlong_buffer=500"}), "exceeds rl.max_new_tokens"));
 }
 
-TEST_CASE("roles mean what they say: the trainer runs in the controller's process") {
+TEST_CASE("roles mean what they say: one node trains, the controller's or one of its own") {
   std::string text = two_nodes;
   text.replace(text.find("[\"controller\", \"trainer\"]"), 25, "[\"controller\"]");
-  CHECK(contains(only_error(text), "nodes[0].roles: an RL run trains on the controller's node"));
+  CHECK(contains(only_error(text), "nodes: an RL run needs one node with the role \"trainer\""));
+  // The trainer on the other node: accepted (it trains there).
+  std::string moved = text;
+  moved.replace(moved.find("[\"rollout\", \"reward\"]"), 21, "[\"rollout\", \"trainer\"]");
+  CHECK(parse_config(moved, "topo.toml").config);
+  // On both: refused.
   text = two_nodes;
   text.replace(text.find("[\"rollout\", \"reward\"]"), 21, "[\"rollout\", \"trainer\"]");
-  CHECK(contains(only_error(text), "nodes[1].roles: the trainer runs in the controller's process"));
+  CHECK(contains(only_error(text), "the role \"trainer\" is on 2 nodes"));
   // A probe job trains nothing: a controller alone is fine there.
   text = two_nodes;
   text.replace(text.find("[\"controller\", \"trainer\"]"), 25, "[\"controller\"]");

@@ -16,6 +16,7 @@
 #include "areal/actors/compute_share.hpp"
 #include "areal/actors/evaluator.hpp"
 #include "areal/actors/interfaces.hpp"
+#include "areal/actors/reward_pool.hpp"
 #include "areal/kernels/model.hpp"
 #include "areal/kernels/model_config.hpp"
 #include "areal/kernels/tokenizer.hpp"
@@ -79,6 +80,50 @@ class progress_line {
 /// the run directory when resuming, else a copy of the policy now).
 std::shared_ptr<kernels::policy_model> reference_policy(const std::filesystem::path& run_dir, bool resumed,
                                                         const model_parts& m);
+
+/// How the evaluator and the final evaluation decode (greedy, rl.max_new_tokens, the run's verifiers).
+eval_options make_eval_options(const run_config& c, const model_parts& m);
+
+/// The actors on the node with the trainer role.
+struct trainer_side {
+  trainer_actor trainer;
+  sample_store_actor store;
+  weight_publisher_actor publisher;    // when other nodes take the weights
+  evaluator_actor evaluator;           // when there are held-out prompts
+  weight_subscriber_actor subscriber;  // a remote trainer's weights for this node's rollout workers
+};
+
+struct trainer_side_setup {
+  int64_t initial_version = 0;
+  std::string resume_from;  // a checkpoint directory the trainer loads first
+  std::filesystem::path run_dir;
+  bool publish = false;                 // a weight publisher for other nodes (multi-node runs)
+  node_spec node;                       // this node (the publisher's name and host)
+  std::vector<rollout_actor> rollouts;  // in this process: subscribed to the publisher, or sent weights directly
+  std::shared_ptr<eval_set> evals;      // optional: held-out prompts for the evaluator
+  std::shared_ptr<compute_share> share;
+  std::shared_ptr<tracer> trace;
+};
+
+/// Spawns the trainer side over m.policy (which the trainer owns from now on).
+trainer_side spawn_trainer_side(caf::actor_system& sys, const run_config& c, const model_parts& m,
+                                const trainer_side_setup& s);
+void stop_trainer_side(caf::actor_system& sys, const trainer_side& side);
+
+/// The controller node's half of a trainer on a node of its own: saves the
+/// weights the run starts from (unless it resumes), asks the node actor for the
+/// trainer side (answered once the trainer's node joined, within
+/// cluster.connect_timeout_s), and subscribes this node's rollout workers to
+/// its publisher. Throws job_error with the reason.
+trainer_side remote_trainer_side(caf::actor_system& sys, const run_config& c, node_actor node, const node_spec& self,
+                                 const std::filesystem::path& run_dir, const model_parts& m,
+                                 const std::string& resume_from, int64_t initial_version,
+                                 const std::vector<rollout_actor>& rollouts);
+/// The trainer node's half: the trainer side over the configured model with the
+/// weights of `model_dir`.
+trainer_side start_trainer_side(caf::actor_system& sys, const run_config& c, const node_spec& self,
+                                const std::string& model_dir, const std::string& resume_from, int64_t initial_version,
+                                const std::string& run_dir, std::shared_ptr<tracer> trace);
 
 /// The supervised warm start (sft.*) of m.policy; false when `stop` was set meanwhile.
 bool warm_start(const run_config& c, model_parts& m, const std::atomic<bool>& stop, progress_line& progress);

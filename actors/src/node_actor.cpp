@@ -335,6 +335,17 @@ node_actor::behavior_type node_behavior(node_pointer self, node_setup setup) {
         auto peer = sending_peer(self);
         if (peer.empty())
           return caf::make_error(node_errc::unknown_peer, "only a node that shook hands may add members to the run");
+        if (role == "trainer") {
+          st.trainer_members = caf::actor_cast<node_members_actor>(member);
+          spdlog::info("the trainer's node {} joined", peer);
+          if (st.trainer_wanted) {
+            auto& [model_dir, resume_from, version, run_dir] = st.trainer_request;
+            st.trainer_wanted->delegate(st.trainer_members, trainer_atom::value, model_dir, resume_from, version,
+                                        run_dir);
+            st.trainer_wanted.reset();
+          }
+          return true;
+        }
         if (!st.controller)
           return caf::make_error(node_errc::not_ready, "the RL job has not started yet");
         self->send(caf::actor_cast<controller_actor>(st.controller), join_atom::value, peer, role, member);
@@ -347,6 +358,16 @@ node_actor::behavior_type node_behavior(node_pointer self, node_setup setup) {
         if (!st.publisher)
           return caf::make_error(node_errc::not_ready, "the RL job has not started yet");
         return st.publisher;
+      },
+      [self](trainer_atom, std::string& model_dir, std::string& resume_from, int64_t version,
+             std::string& run_dir) -> caf::result<caf::actor, caf::actor, caf::actor, caf::actor> {
+        auto& st = self->state;
+        if (st.trainer_members)
+          return self->delegate(st.trainer_members, trainer_atom::value, model_dir, resume_from, version, run_dir);
+        // Answered when the trainer's node joins (the job's request carries the deadline).
+        st.trainer_request = {model_dir, resume_from, version, run_dir};
+        st.trainer_wanted = self->make_response_promise<caf::actor, caf::actor, caf::actor, caf::actor>();
+        return *st.trainer_wanted;
       },
       [self](trace_atom) -> caf::result<std::string> {
         auto& st = self->state;

@@ -1,8 +1,11 @@
 // The members of a node other than the controller's (see rl_job.hpp,
-// spawn_node_members): they join the run through the controller node.
+// spawn_node_members): they join the run through the controller node; on the
+// trainer's node they start the trainer side when the controller's job asks.
 #include <ATen/Parallel.h>
 
 #include <caf/all.hpp>
+
+#include <optional>
 
 #include "areal/actors/reward_pool.hpp"
 #include "areal/actors/rl_job.hpp"
@@ -27,6 +30,8 @@ struct members_state {
   std::chrono::milliseconds transfer_timeout{60000};
   caf::actor subscriber;
   bool rollouts_joined = false;
+  std::optional<trainer_side> trainer;  // the trainer's node: once the controller's job asked for it
+  std::shared_ptr<tracer> trace;
 };
 
 using members_pointer = node_members_actor::stateful_pointer<members_state>;
@@ -39,7 +44,9 @@ void join_run(members_pointer self, const std::string& role, const caf::actor& m
   self->request(self->state.head, std::chrono::seconds(10), join_atom::value, role, member)
       .then(
           [role](bool) {
-            spdlog::info("{} joined the run", role == "rollout" ? "a rollout worker" : "the reward pool");
+            spdlog::info("{} joined the run", role == "rollout"  ? "a rollout worker"
+                                              : role == "reward" ? "the reward pool"
+                                                                 : "the trainer's node");
           },
           [self, role, member](caf::error& err) {
             if (err != node_errc::not_ready)
@@ -85,6 +92,9 @@ node_members_actor spawn_node_members(caf::actor_system& sys, const run_config& 
     st.host = self_spec.host;
     st.bulk = config.cluster.weight_transport != "caf";
     st.transfer_timeout = std::chrono::milliseconds(config.cluster.transfer_timeout_ms);
+    st.trace = trace;
+    if (self_spec.has(role::trainer))
+      join_run(self, "trainer", caf::actor_cast<caf::actor>(self));  // the job asks for the trainer side
     if (self_spec.has(role::reward)) {
       auto pool_config = make_reward_pool_config(config.reward);
       pool_config.trace = trace;
@@ -112,6 +122,32 @@ node_members_actor spawn_node_members(caf::actor_system& sys, const run_config& 
     }
     return {
         [self](join_atom, std::string& role, caf::actor& member) { join_run(self, role, member); },
+        [self, config, self_spec](trainer_atom, std::string& model_dir, std::string& resume_from, int64_t version,
+                                  std::string& run_dir) -> caf::result<caf::actor, caf::actor, caf::actor, caf::actor> {
+          auto& s = self->state;
+          if (!self_spec.has(role::trainer))
+            return caf::make_error(caf::sec::invalid_argument, "node " + self_spec.name + " has no trainer role");
+          if (!s.trainer) {
+            try {
+              s.trainer = start_trainer_side(self->system(), config, self_spec, model_dir, resume_from, version,
+                                             run_dir, s.trace);
+            } catch (const std::exception& e) {
+              spdlog::error("cannot start the trainer: {}", e.what());
+              return caf::make_error(caf::sec::runtime_error, e.what());
+            }
+            // The trainer side ends with this node's members, and they with it.
+            for (auto a :
+                 {caf::actor_cast<caf::actor>(s.trainer->trainer), caf::actor_cast<caf::actor>(s.trainer->store),
+                  caf::actor_cast<caf::actor>(s.trainer->publisher)})
+              self->link_to(a);
+            if (s.trainer->evaluator)
+              self->link_to(s.trainer->evaluator);
+          }
+          auto& t = *s.trainer;
+          return caf::result<caf::actor, caf::actor, caf::actor, caf::actor>(
+              caf::actor_cast<caf::actor>(t.trainer), caf::actor_cast<caf::actor>(t.store),
+              caf::actor_cast<caf::actor>(t.publisher), caf::actor_cast<caf::actor>(t.evaluator));
+        },
         [self](publisher_atom) { subscribe_to_weights(self); },
         [self](weights_atom, int64_t version, std::string& error) {
           auto& s = self->state;

@@ -6,7 +6,9 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <caf/all.hpp>
@@ -39,6 +41,9 @@ struct node_state {
   node_stats stats;
   caf::actor controller;  // RL, controller node: the job's controller and weight publisher
   caf::actor publisher;
+  node_members_actor trainer_members;  // RL, controller node: the members of the trainer's node, once joined
+  std::optional<caf::typed_response_promise<caf::actor, caf::actor, caf::actor, caf::actor>> trainer_wanted;
+  std::tuple<std::string, std::string, int64_t, std::string> trainer_request;
   node_members_actor members;              // RL, other nodes: the agent of this node's rollout workers and reward pool
   std::shared_ptr<tracer> trace;           // RL, other nodes: the members' spans, for the controller node's trace
   int64_t controller_clock_offset_ns = 0;  // the controller node's wall clock minus ours (at the handshake)

@@ -32,6 +32,49 @@ namespace areal {
 
 using namespace job;
 
+namespace {
+
+void final_eval_line(const fs::path& run_dir, int64_t version, double accuracy, double mean_tokens) {
+  std::ofstream(run_dir / "metrics.jsonl", std::ios::app) << nlohmann::json{{"event", "eval"},
+                                                                            {"version", version},
+                                                                            {"accuracy", accuracy},
+                                                                            {"response_tokens_mean", mean_tokens},
+                                                                            {"final", true}}
+                                                                 .dump()
+                                                          << "\n";
+}
+
+// The held-out accuracy of the final weights: here with the trainer's weights
+// by pointer, or by the evaluator beside a remote trainer.
+void evaluate_final(caf::scoped_actor& self, const trainer_side& side, bool remote, const model_parts& m,
+                    const eval_set& evals, const eval_options& eo, const fs::path& run_dir, rl_job_result& result) {
+  if (remote) {
+    self->request(side.trainer, std::chrono::seconds(600), eval_atom::value)
+        .receive(
+            [&](int64_t version, double accuracy, double mean_tokens) {
+              result.accuracy_after = accuracy;
+              spdlog::info("held-out greedy accuracy after RL (version {}): {:.1f}%", version, 100 * accuracy);
+              final_eval_line(run_dir, version, accuracy, mean_tokens);
+            },
+            [&](caf::error& e) { spdlog::warn("the final evaluation failed: {}", describe(e)); });
+    return;
+  }
+  self->request(side.trainer, std::chrono::seconds(60), weights_atom::value)
+      .receive(
+          [&](local_weights& w) {
+            kernels::policy_model final_model(m.config);
+            final_model.flat().copy_(*w.flat);
+            auto r = evaluate_policy(final_model, *m.tokenizer, evals, eo);
+            result.accuracy_after = r.accuracy;
+            spdlog::info("held-out greedy accuracy after RL (version {}): {:.1f}% ({})", w.version, 100 * r.accuracy,
+                         by_difficulty_text(r));
+            final_eval_line(run_dir, w.version, r.accuracy, r.mean_tokens);
+          },
+          [&](caf::error& e) { spdlog::warn("cannot fetch the final weights: {}", describe(e)); });
+}
+
+}  // namespace
+
 rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, const std::atomic<bool>& stop) {
   rl_job_result result;
   auto& c = options.config;
@@ -44,15 +87,9 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
   model_parts m;
   std::optional<controller_checkpoint> resume;
   std::string resume_from;
-  eval_options eo;
-  eo.max_new_tokens = rl.max_new_tokens;
-  eo.stop_tokens = {};
-  eo.scoring = make_reward_pool_config(c.reward).scoring;
   std::shared_ptr<eval_set> evals;
   try {
     m = make_model(c);
-    eo.stop_tokens = {m.eos};
-    eo.max_seq_len = max_sequence(m);
     evals = make_eval_set(c, m);
     if (options.resume) {
       resume_from = kernels::trainer::complete_checkpoint(checkpoint_dir);
@@ -90,7 +127,7 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
     m.tokenizer->save((kept / "tokenizer.json").string());
   }
   if (!evals->prompts.empty()) {
-    auto r = evaluate_policy(*m.policy, *m.tokenizer, *evals, eo);
+    auto r = evaluate_policy(*m.policy, *m.tokenizer, *evals, make_eval_options(c, m));
     result.accuracy_before = r.accuracy;
     spdlog::info("held-out greedy accuracy {} RL: {:.1f}% ({} prompts; {})", resume ? "at resume, during" : "before",
                  100 * r.accuracy, evals->prompts.size(), by_difficulty_text(r));
@@ -104,74 +141,38 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
   std::vector<rollout_actor> rollouts;
   if (!multi_node || options.self.has(role::rollout))
     rollouts = spawn_rollout_workers(sys, c, m, share, trace, resume ? resume->version : 0, "rollout-");
-  // Multi-node: the weights of each version go out through the publisher,
-  // which starts with the current ones (for nodes that join).
-  weight_publisher_actor publisher;
-  if (multi_node) {
-    weight_publisher_setup ps;
-    ps.name = options.self.name;
-    ps.backend = *parse_weight_backend(c.cluster.weight_transport);
-    ps.host = options.self.host;
-    ps.chunk_bytes = c.cluster.weight_chunk_bytes;
-    ps.timeout = std::chrono::milliseconds(c.cluster.transfer_timeout_ms);
-    publisher = spawn_weight_publisher(sys, ps);
-    caf::scoped_actor boot{sys};
-    local_weights initial{resume ? resume->version : 0, std::make_shared<const at::Tensor>(m.policy->flat().clone())};
-    boot->request(publisher, caf::infinite, publish_atom::value, initial)
-        .receive([](std::vector<weight_delivery>&) {}, [](caf::error&) {});
-    for (size_t i = 0; i < rollouts.size(); ++i)
-      boot->request(publisher, caf::infinite, subscribe_atom::value, "rollout-" + std::to_string(i),
-                    caf::actor_cast<caf::actor>(rollouts[i]))
-          .receive([](packed<weight_manifest>&, std::string&) {}, [](caf::error&) {});
-  }
-  trainer_setup ts;
-  ts.model = m.policy;
-  ts.config.optimizer.lr = rl.lr;
-  ts.config.optimizer.warmup_steps = rl.warmup_steps;
-  ts.config.optimizer.total_steps = rl.steps;
-  ts.config.ppo.clip_low = rl.clip;
-  ts.config.ppo.clip_high = rl.clip;
-  ts.config.ppo.behaviour_cap = rl.behaviour_cap;
-  ts.config.ppo.cap_clamps = rl.behaviour_clamp;
-  ts.config.ppo.dual_clip = rl.dual_clip;
-  ts.config.ppo.decoupled = rl.decoupled;
-  ts.config.kl_coef = rl.kl_coef;
-  ts.config.kl = kernels::parse_kl_estimator(rl.kl_estimator);
-  if (rl.kl_coef > 0)
-    ts.reference = reference_policy(options.run_dir, resume.has_value(), m);
-  ts.shaping.bias = rl.reward_bias;
-  ts.shaping.scale = rl.reward_scale;
-  ts.shaping.clip = rl.reward_clip;
-  ts.shaping.overlong_max_length = rl.max_new_tokens;
-  ts.shaping.overlong_buffer = rl.overlong_buffer;
-  ts.shaping.overlong_factor = rl.overlong_factor;
-  ts.config.ppo_minibatches = rl.ppo_minibatches;
-  ts.config.max_tokens_per_mb = rl.max_tokens_per_mb;
-  ts.config.temperature = rl.temperature;
-  ts.config.seed = stream_seed(c.run.seed, 6);
-  ts.estimator = kernels::parse_estimator(rl.estimator);
-  ts.initial_version = resume ? resume->version : 0;
-  ts.resume_from = resume_from;
-  ts.share = share;
-  ts.trace = trace;
-  evaluator_actor evaluator;
-  if (c.eval.every > 0 && !evals->prompts.empty()) {
-    evaluator_setup es;
-    es.model = m.config;
-    es.tokenizer = m.tokenizer;
-    es.set = evals;
-    es.options = eo;
-    es.share = share;
-    es.trace = trace;
-    evaluator = spawn_evaluator(sys, es);
-  }
-  ts.evaluator = evaluator;
-  ts.publisher = publisher;
-  if (!publisher)
+  // The trainer side: in this process, or on the node with the trainer role.
+  bool remote_trainer = multi_node && !options.self.has(role::trainer);
+  int64_t initial_version = resume ? resume->version : 0;
+  trainer_side side;
+  if (!remote_trainer) {
+    trainer_side_setup ts;
+    ts.initial_version = initial_version;
+    ts.resume_from = resume_from;
+    ts.run_dir = options.run_dir;
+    ts.publish = multi_node;
+    ts.node = options.self;
     ts.rollouts = rollouts;
-  ts.publish_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.cluster.request_timeout_s * 1000));
-  auto trainer = spawn_trainer(sys, ts);
-  auto store = spawn_sample_store(sys, trainer);
+    if (c.eval.every > 0)
+      ts.evals = evals;
+    ts.share = share;
+    ts.trace = trace;
+    side = spawn_trainer_side(sys, c, m, ts);
+  } else {
+    try {
+      side = remote_trainer_side(sys, c, options.node, options.self, options.run_dir, m, resume_from, initial_version,
+                                 rollouts);
+    } catch (const std::exception& e) {
+      spdlog::error("{}", e.what());
+      result.exit_code = 1;
+      result.why = e.what();
+      return result;
+    }
+  }
+  auto& trainer = side.trainer;
+  auto& store = side.store;
+  auto& publisher = side.publisher;
+  auto& evaluator = side.evaluator;
   auto reward_config = make_reward_pool_config(c.reward);
   reward_config.trace = trace;
   reward_pool_actor reward;
@@ -199,7 +200,7 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
   cs.trainer = trainer;
   cs.store = store;
   cs.remote_weights = static_cast<bool>(publisher);
-  cs.eval_every = evaluator ? c.eval.every : 0;
+  cs.eval_every = evaluator && c.eval.every > 0 ? c.eval.every : 0;
   cs.metrics_path = (options.run_dir / "metrics.jsonl").string();
   cs.checkpoint_dir = checkpoint_dir;
   cs.checkpoint_every = rl.checkpoint_every;
@@ -314,37 +315,16 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
             [](caf::error&) {});
 
   // Evaluation of the final weights.
-  if (!evals->prompts.empty() && result.exit_code == 0) {
-    self->request(trainer, std::chrono::seconds(60), weights_atom::value)
-        .receive(
-            [&](local_weights& w) {
-              kernels::policy_model final_model(m.config);
-              final_model.flat().copy_(*w.flat);
-              auto r = evaluate_policy(final_model, *m.tokenizer, *evals, eo);
-              result.accuracy_after = r.accuracy;
-              spdlog::info("held-out greedy accuracy after RL (version {}): {:.1f}% ({})", w.version, 100 * r.accuracy,
-                           by_difficulty_text(r));
-              std::ofstream(options.run_dir / "metrics.jsonl", std::ios::app)
-                  << nlohmann::json{{"event", "eval"},
-                                    {"version", w.version},
-                                    {"accuracy", r.accuracy},
-                                    {"response_tokens_mean", r.mean_tokens},
-                                    {"final", true}}
-                         .dump()
-                  << "\n";
-            },
-            [&](caf::error& e) { spdlog::warn("cannot fetch the final weights: {}", describe(e)); });
-  }
+  if (!evals->prompts.empty() && result.exit_code == 0)
+    evaluate_final(self, side, remote_trainer, m, *evals, make_eval_options(c, m), options.run_dir, result);
   for (auto& r : rollouts)
     self->send_exit(r, caf::exit_reason::user_shutdown);
-  self->send_exit(trainer, caf::exit_reason::user_shutdown);
-  self->send_exit(store, caf::exit_reason::user_shutdown);
+  if (!remote_trainer)
+    stop_trainer_side(sys, side);  // a remote one ends with its node
+  else if (side.subscriber)
+    self->send_exit(side.subscriber, caf::exit_reason::user_shutdown);
   if (reward)
     self->send_exit(reward, caf::exit_reason::user_shutdown);
-  if (publisher)
-    self->send_exit(publisher, caf::exit_reason::user_shutdown);
-  if (evaluator)
-    self->send_exit(evaluator, caf::exit_reason::user_shutdown);
   self->send_exit(controller, caf::exit_reason::user_shutdown);
 
   if (multi_node) {

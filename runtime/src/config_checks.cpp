@@ -350,27 +350,24 @@ void check_rules(toml::table& root, context& ctx) {
              std::to_string(*buffer) + " exceeds rl.max_new_tokens (" + std::to_string(*longest) +
                  "); use at most that (0: no overlong penalty)");
 
-  // The trainer runs in the controller's process: roles must say so.
+  // One node trains: the controller's, or a node of its own.
   bool rl_job = root["run"]["job"].value<std::string>().value_or("rl") == "rl";
+  std::vector<std::string> trainers;
   for (size_t i = 0; ctx.errors.empty() && i < nodes->size(); ++i) {
     auto* t = (*nodes)[i].as_table();
     auto* roles = t ? (*t)["roles"].as_array() : nullptr;
     if (!roles)
       continue;
-    bool controller = false, trainer = false;
-    for (auto& r : *roles) {
-      controller = controller || r.value<std::string>() == "controller";
-      trainer = trainer || r.value<std::string>() == "trainer";
-    }
-    auto path = "nodes[" + std::to_string(i) + "].roles";
-    if (trainer && !controller)
-      ctx.fail(ctx.where(roles), path,
-               "the trainer runs in the controller's process in this build; give this node the role \"controller\" "
-               "too, or move \"trainer\" to the controller's node");
-    else if (controller && !trainer && rl_job)
-      ctx.fail(ctx.where(roles), path,
-               "an RL run trains on the controller's node in this build; add the role \"trainer\" here");
+    for (auto& r : *roles)
+      if (r.value<std::string>() == "trainer")
+        trainers.push_back("nodes[" + std::to_string(i) + "]");
   }
+  if (ctx.errors.empty() && rl_job && trainers.size() != 1)
+    ctx.fail(ctx.where(nodes), "nodes",
+             trainers.empty()
+                 ? "an RL run needs one node with the role \"trainer\" (the controller's, or one of its own)"
+                 : "the role \"trainer\" is on " + std::to_string(trainers.size()) +
+                       " nodes; one node trains: keep it on one of " + trainers.front() + " and " + trainers.back());
 }
 
 }  // namespace areal::config_checks

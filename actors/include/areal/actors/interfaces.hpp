@@ -38,6 +38,7 @@ using run_end_atom = caf::atom_constant<caf::atom("run_end")>;
 using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;
 using done_atom = caf::atom_constant<caf::atom("done")>;
 using ledger_atom = caf::atom_constant<caf::atom("ledger")>;
+using trainer_atom = caf::atom_constant<caf::atom("trainer")>;
 
 /// The NODE actor interface: one per process, published on the node's port;
 /// the endpoint through which nodes meet.
@@ -58,10 +59,19 @@ using node_actor = caf::typed_actor<
     // RL runs, controller node only. A peer's member joins the run: role "rollout"
     // (a rollout worker) or "reward" (a reward pool), handed to the controller.
     // Refused with node_errc::not_ready while the job has not started (the warm
-    // start runs first): the peer asks again.
+    // start runs first): the peer asks again. Role "trainer": the node members
+    // of the trainer's node, kept for the job's trainer_atom request (below).
     caf::replies_to<join_atom, std::string, caf::actor>::with<bool>,
     // RL runs, controller node only: the weight publisher (same not_ready rule).
     caf::replies_to<publisher_atom>::with<caf::actor>,
+    // RL runs with the trainer on a node of its own, controller node only: the
+    // job asks for the trainer side (model directory to start from, checkpoint
+    // to resume or empty, initial version, run directory), answered by the
+    // trainer node's members once that node joined (role "trainer" above,
+    // accepted before the job runs): (trainer, sample store, weight
+    // publisher, evaluator or null).
+    caf::replies_to<trainer_atom, std::string, std::string, int64_t, std::string>::with<caf::actor, caf::actor,
+                                                                                        caf::actor, caf::actor>,
     // Set by the RL job of this process once it runs: its controller and weight
     // publisher, for the two requests above.
     caf::reacts_to<publisher_atom, caf::actor, caf::actor>,
@@ -260,7 +270,10 @@ using node_members_actor = caf::typed_actor<
     // Ask the controller node for the weight publisher again and subscribe.
     caf::reacts_to<publisher_atom>,
     // The weight subscriber's report of a version (a weights_listener_actor).
-    caf::reacts_to<weights_atom, int64_t, std::string>>;
+    caf::reacts_to<weights_atom, int64_t, std::string>,
+    // The trainer's node only: start the trainer side (see node_actor's trainer_atom).
+    caf::replies_to<trainer_atom, std::string, std::string, int64_t, std::string>::with<caf::actor, caf::actor,
+                                                                                        caf::actor, caf::actor>>;
 
 /// A DONE LISTENER: told once, when a run (the controller's) or a node ends,
 /// with the exit code and why.

@@ -1,0 +1,176 @@
+// The trainer side of a run (see job_parts.hpp, spawn_trainer_side): the
+// trainer, the sample store beside it, the weight publisher and the
+// evaluator, built from the configuration on whichever node has the trainer
+// role (the controller's, or a node of its own).
+#include <ATen/Parallel.h>
+
+#include <caf/all.hpp>
+
+#include "areal/actors/sample_store.hpp"
+#include "areal/actors/trainer_actor.hpp"
+#include "areal/actors/weight_transport.hpp"
+#include "areal/runtime/log.hpp"
+#include "job_parts.hpp"
+
+namespace areal::job {
+
+eval_options make_eval_options(const run_config& c, const model_parts& m) {
+  eval_options eo;
+  eo.max_new_tokens = c.rl.max_new_tokens;
+  eo.stop_tokens = {m.eos};
+  eo.max_seq_len = max_sequence(m);
+  eo.scoring = make_reward_pool_config(c.reward).scoring;
+  return eo;
+}
+
+trainer_side spawn_trainer_side(caf::actor_system& sys, const run_config& c, const model_parts& m,
+                                const trainer_side_setup& s) {
+  auto& rl = c.rl;
+  trainer_side side;
+  if (s.publish) {
+    weight_publisher_setup ps;
+    ps.name = s.node.name;
+    ps.backend = *parse_weight_backend(c.cluster.weight_transport);
+    ps.host = s.node.host;
+    ps.chunk_bytes = c.cluster.weight_chunk_bytes;
+    ps.timeout = std::chrono::milliseconds(c.cluster.transfer_timeout_ms);
+    side.publisher = spawn_weight_publisher(sys, ps);
+    // The current weights first, for the nodes that join.
+    caf::scoped_actor boot{sys};
+    local_weights initial{s.initial_version, std::make_shared<const at::Tensor>(m.policy->flat().clone())};
+    boot->request(side.publisher, caf::infinite, publish_atom::value, initial)
+        .receive([](std::vector<weight_delivery>&) {}, [](caf::error&) {});
+    for (size_t i = 0; i < s.rollouts.size(); ++i)
+      boot->request(side.publisher, caf::infinite, subscribe_atom::value, "rollout-" + std::to_string(i),
+                    caf::actor_cast<caf::actor>(s.rollouts[i]))
+          .receive([](packed<weight_manifest>&, std::string&) {}, [](caf::error&) {});
+  }
+  if (s.evals && !s.evals->prompts.empty()) {
+    evaluator_setup es;
+    es.model = m.config;
+    es.tokenizer = m.tokenizer;
+    es.set = s.evals;
+    es.options = make_eval_options(c, m);
+    es.share = s.share;
+    es.trace = s.trace;
+    side.evaluator = spawn_evaluator(sys, es);
+  }
+  trainer_setup ts;
+  ts.model = m.policy;
+  ts.config.optimizer.lr = rl.lr;
+  ts.config.optimizer.warmup_steps = rl.warmup_steps;
+  ts.config.optimizer.total_steps = rl.steps;
+  ts.config.ppo.clip_low = rl.clip;
+  ts.config.ppo.clip_high = rl.clip;
+  ts.config.ppo.behaviour_cap = rl.behaviour_cap;
+  ts.config.ppo.cap_clamps = rl.behaviour_clamp;
+  ts.config.ppo.dual_clip = rl.dual_clip;
+  ts.config.ppo.decoupled = rl.decoupled;
+  ts.config.kl_coef = rl.kl_coef;
+  ts.config.kl = kernels::parse_kl_estimator(rl.kl_estimator);
+  if (rl.kl_coef > 0)
+    ts.reference = reference_policy(s.run_dir, !s.resume_from.empty(), m);
+  ts.shaping.bias = rl.reward_bias;
+  ts.shaping.scale = rl.reward_scale;
+  ts.shaping.clip = rl.reward_clip;
+  ts.shaping.overlong_max_length = rl.max_new_tokens;
+  ts.shaping.overlong_buffer = rl.overlong_buffer;
+  ts.shaping.overlong_factor = rl.overlong_factor;
+  ts.config.ppo_minibatches = rl.ppo_minibatches;
+  ts.config.max_tokens_per_mb = rl.max_tokens_per_mb;
+  ts.config.temperature = rl.temperature;
+  ts.config.seed = stream_seed(c.run.seed, 6);
+  ts.estimator = kernels::parse_estimator(rl.estimator);
+  ts.initial_version = s.initial_version;
+  ts.resume_from = s.resume_from;
+  ts.share = s.share;
+  ts.trace = s.trace;
+  ts.evaluator = side.evaluator;
+  ts.publisher = side.publisher;
+  if (!side.publisher)
+    ts.rollouts = s.rollouts;
+  ts.publish_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.cluster.request_timeout_s * 1000));
+  side.trainer = spawn_trainer(sys, ts);
+  side.store = spawn_sample_store(sys, side.trainer);
+  return side;
+}
+
+trainer_side remote_trainer_side(caf::actor_system& sys, const run_config& c, node_actor node, const node_spec& self,
+                                 const std::filesystem::path& run_dir, const model_parts& m,
+                                 const std::string& resume_from, int64_t initial_version,
+                                 const std::vector<rollout_actor>& rollouts) {
+  // The trainer's node loads the weights the run starts from: the checkpoint's, or these.
+  auto model_dir = resume_from.empty() ? (run_dir / "initial_model").string()
+                                       : (std::filesystem::path{resume_from} / "model").string();
+  if (resume_from.empty())
+    m.policy->save(model_dir);
+  auto timeout = std::chrono::milliseconds(static_cast<int64_t>(c.cluster.connect_timeout_s * 1000));
+  spdlog::info("RL: the trainer runs on another node; waiting up to {} s for it", c.cluster.connect_timeout_s);
+  caf::scoped_actor ask{sys};
+  trainer_side side;
+  std::string failed;
+  ask->request(node, timeout, trainer_atom::value, model_dir, resume_from, initial_version, run_dir.string())
+      .receive(
+          [&](caf::actor& trainer, caf::actor& store, caf::actor& publisher, caf::actor& evaluator) {
+            side.trainer = caf::actor_cast<trainer_actor>(trainer);
+            side.store = caf::actor_cast<sample_store_actor>(store);
+            side.publisher = caf::actor_cast<weight_publisher_actor>(publisher);
+            side.evaluator = caf::actor_cast<evaluator_actor>(evaluator);
+          },
+          [&](caf::error& e) { failed = describe(e); });
+  if (!failed.empty() || !side.trainer || !side.store || !side.publisher)
+    throw job_error("the trainer's node did not start the trainer (" + (failed.empty() ? "no trainer" : failed) +
+                    "); start the node with the trainer role (areal --config TOPOLOGY --node NAME), "
+                    "and give the run directory the same path there (the trainer writes the checkpoints)");
+  spdlog::info("RL: the trainer runs on its own node");
+  if (!rollouts.empty()) {
+    weight_subscriber_setup ws;
+    ws.node = self.name;
+    ws.publisher = caf::actor_cast<caf::actor>(side.publisher);
+    for (auto& r : rollouts)
+      ws.sinks.push_back(caf::actor_cast<caf::actor>(r));
+    ws.expected_bytes = static_cast<uint64_t>(m.policy->flat().nbytes());
+    ws.device_host = self.host;
+    ws.allow_bulk = c.cluster.weight_transport != "caf";
+    ws.timeout = std::chrono::milliseconds(c.cluster.transfer_timeout_ms);
+    side.subscriber = spawn_weight_subscriber(sys, ws);
+  }
+  return side;
+}
+
+trainer_side start_trainer_side(caf::actor_system& sys, const run_config& c, const node_spec& self,
+                                const std::string& model_dir, const std::string& resume_from, int64_t initial_version,
+                                const std::string& run_dir, std::shared_ptr<tracer> trace) {
+  auto threads = static_cast<int>(self.compute_threads);
+  at::set_num_threads(threads);
+  auto m = make_model(c);
+  auto start = kernels::policy_model::load(model_dir);
+  if (start.flat().numel() != m.policy->flat().numel())
+    throw job_error(model_dir + ": the model differs from the configured one; give every node the same configuration");
+  m.policy->flat().copy_(start.flat());
+  trainer_side_setup ts;
+  ts.initial_version = initial_version;
+  ts.resume_from = resume_from;
+  ts.run_dir = run_dir;
+  ts.publish = true;
+  ts.node = self;
+  ts.evals = make_eval_set(c, m);
+  ts.share = std::make_shared<compute_share>(threads, true, 1);
+  ts.trace = std::move(trace);
+  spdlog::info("the trainer starts from {} (version {}{})", model_dir, initial_version,
+               resume_from.empty() ? "" : ", resuming " + resume_from);
+  return spawn_trainer_side(sys, c, m, ts);
+}
+
+void stop_trainer_side(caf::actor_system&, const trainer_side& side) {
+  caf::anon_send_exit(side.trainer, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(side.store, caf::exit_reason::user_shutdown);
+  if (side.publisher)
+    caf::anon_send_exit(side.publisher, caf::exit_reason::user_shutdown);
+  if (side.evaluator)
+    caf::anon_send_exit(side.evaluator, caf::exit_reason::user_shutdown);
+  if (side.subscriber)
+    caf::anon_send_exit(side.subscriber, caf::exit_reason::user_shutdown);
+}
+
+}  // namespace areal::job
