@@ -1,3 +1,4 @@
+// The staleness gate and the group buffer (see admission.hpp).
 #include "areal/actors/admission.hpp"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// The evaluator actor: greedy decoding of the held-out prompts with the weights it is given (see evaluator.hpp).
 #include "areal/actors/evaluator.hpp"
 
 #include <ATen/Parallel.h>

@@ -1,3 +1,4 @@
+// The compute precision scope (see precision.hpp).
 #include "areal/kernels/precision.hpp"
 
 #include <ATen/autocast_mode.h>

@@ -1,3 +1,4 @@
+// The command line of the areal program: its flags, their checks and --help (see cli.hpp).
 #include "areal/runtime/cli.hpp"
 
 #include <algorithm>

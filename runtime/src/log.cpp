@@ -1,3 +1,4 @@
+// Logging: one spdlog logger per process, with the node's name in every line (see log.hpp).
 #include "areal/runtime/log.hpp"
 
 #include <spdlog/sinks/stdout_sinks.h>

@@ -1,3 +1,4 @@
+// The run's trace: spans per track, written as a Chrome/Perfetto trace (see trace.hpp).
 #include "areal/runtime/trace.hpp"
 
 #include <chrono>

@@ -1,3 +1,4 @@
+// The code verifier: a program run against its tests in the sandbox, and the verdict (see code_verifier.hpp).
 #include "areal/reward/code_verifier.hpp"
 
 #include <algorithm>

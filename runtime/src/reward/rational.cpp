@@ -1,3 +1,4 @@
+// Exact rational numbers for the math verifier: parsing and comparison (see rational.hpp).
 #include "areal/reward/rational.hpp"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// Scoring a response for its task: the verifier the task names, and its reward (see score.hpp).
 #include "areal/reward/score.hpp"
 
 namespace areal::reward {

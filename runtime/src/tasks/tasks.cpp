@@ -1,3 +1,4 @@
+// The task sources: seeded generators and JSONL datasets, positioned for resume (see tasks.hpp).
 #include "areal/tasks/tasks.hpp"
 
 #include <algorithm>
