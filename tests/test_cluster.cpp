@@ -21,33 +21,38 @@ namespace {
 
 const std::vector<std::string> nodes = {"head", "scorer", "gen-a", "gen-b"};
 
+// The settings of a CI-sized run (the micro model on sums of two or three terms) on any topology.
+std::vector<std::string> micro_run(int64_t steps) {
+  return {"model.preset=micro",
+          "task.max_value=9",
+          "task.median_terms=2.0",
+          "task.max_terms=3",
+          "task.truncated_fraction=0.5",
+          "run.seed=3",
+          "sft.steps=300",
+          "sft.lr=3e-3",
+          "rl.eta=2",
+          "rl.steps=" + std::to_string(steps),
+          "rl.batch_size=32",
+          "rl.max_new_tokens=8",
+          "rl.lr=3e-4",
+          "rl.rollout_slots=32",
+          "rl.max_concurrent=64",
+          "eval.prompts=128",
+          "reward.workers=1",
+          "cluster.heartbeat_interval_ms=200",
+          "cluster.connection_timeout_ms=1500",
+          "cluster.connect_timeout_s=60"};
+}
+
 struct cluster {
   scratch_dir dir;
   std::vector<std::string> settings;
 
   cluster(const std::string& name, int64_t steps) : dir(name) {
-    settings = {"model.preset=micro",
-                "task.max_value=9",
-                "task.median_terms=2.0",
-                "task.max_terms=3",
-                "task.truncated_fraction=0.5",
-                "run.seed=3",
-                "sft.steps=300",
-                "sft.lr=3e-3",
-                "rl.eta=2",
-                "rl.steps=" + std::to_string(steps),
-                "rl.batch_size=32",
-                "rl.max_new_tokens=8",
-                "rl.lr=3e-4",
-                "rl.rollout_slots=32",
-                "rl.max_concurrent=64",
-                "rl.checkpoint_every=4",
-                "eval.prompts=128",
-                "eval.every=0",
-                "reward.workers=1",
-                "cluster.heartbeat_interval_ms=200",
-                "cluster.connection_timeout_ms=1500",
-                "cluster.connect_timeout_s=60"};
+    settings = micro_run(steps);
+    settings.push_back("rl.checkpoint_every=4");
+    settings.push_back("eval.every=0");
     for (auto& n : nodes)
       settings.push_back("nodes." + n + ".port=" + std::to_string(free_port()));
     // The topology asks for mutual TLS: the cluster's certificates first, as a user makes them.
@@ -274,27 +279,9 @@ TEST_CASE("losing the head stops every node and the restarted run resumes from i
 
 TEST_CASE("three processes, the trainer on a node of its own, run the RL job and it learns") {
   scratch_dir dir{"three"};
-  std::vector<std::string> settings = {"model.preset=micro",
-                                       "task.max_value=9",
-                                       "task.median_terms=2.0",
-                                       "task.max_terms=3",
-                                       "task.truncated_fraction=0.5",
-                                       "run.seed=3",
-                                       "sft.steps=300",
-                                       "sft.lr=3e-3",
-                                       "rl.steps=16",
-                                       "rl.batch_size=32",
-                                       "rl.max_new_tokens=8",
-                                       "rl.lr=3e-4",
-                                       "rl.rollout_slots=32",
-                                       "rl.max_concurrent=64",
-                                       "rl.checkpoint_every=8",
-                                       "eval.prompts=128",
-                                       "eval.every=8",
-                                       "reward.workers=1",
-                                       "cluster.heartbeat_interval_ms=200",
-                                       "cluster.connection_timeout_ms=1500",
-                                       "cluster.connect_timeout_s=60"};
+  auto settings = micro_run(16);
+  settings.push_back("rl.checkpoint_every=8");
+  settings.push_back("eval.every=8");
   for (auto n : {"head", "trainer", "worker"})
     settings.push_back(std::string{"nodes."} + n + ".port=" + std::to_string(free_port()));
   std::vector<std::unique_ptr<node_process>> procs;

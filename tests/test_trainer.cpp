@@ -138,12 +138,9 @@ TEST_CASE("chunked log-probabilities and gradients equal the naive full log-soft
   }
 }
 
-TEST_CASE("the engine's behaviour log-probabilities equal the trainer's for the same weights") {
-  // With no interruption and eta = 0, pi_behav and pi_prox coincide: the decoupled loss rests on it.
-  auto config = test_config();
-  policy_model model(config);
-  model.init_random(9, 0.1);
-  generation_engine engine(model, {4, 64, 16, true});
+namespace {
+// Six sampled responses of up to 20 tokens to short prompts.
+std::vector<generation_output> six_samples(generation_engine& engine) {
   for (uint64_t i = 0; i < 6; ++i) {
     generation_job j;
     j.id = i;
@@ -152,7 +149,17 @@ TEST_CASE("the engine's behaviour log-probabilities equal the trainer's for the 
     j.seed = i;
     engine.submit(j);
   }
-  auto outs = engine.run_to_completion();
+  return engine.run_to_completion();
+}
+}  // namespace
+
+TEST_CASE("the engine's behaviour log-probabilities equal the trainer's for the same weights") {
+  // With no interruption and eta = 0, pi_behav and pi_prox coincide: the decoupled loss rests on it.
+  auto config = test_config();
+  policy_model model(config);
+  model.init_random(9, 0.1);
+  generation_engine engine(model, {4, 64, 16, true});
+  auto outs = six_samples(engine);
   trainer t(model, {});
   std::vector<std::vector<int32_t>> prompts, responses;
   for (auto& o : outs) {
@@ -176,15 +183,7 @@ TEST_CASE("in bfloat16 the engine and the trainer agree, and bfloat16 is what th
   policy_model reference(fp32_config);
   reference.flat().copy_(model.flat());
   generation_engine engine(model, {4, 64, 16, true});
-  for (uint64_t i = 0; i < 6; ++i) {
-    generation_job j;
-    j.id = i;
-    j.prompt = {1, 2, static_cast<int32_t>(3 + i)};
-    j.sampling.max_new_tokens = 20;
-    j.seed = i;
-    engine.submit(j);
-  }
-  auto outs = engine.run_to_completion();
+  auto outs = six_samples(engine);
   std::vector<std::vector<int32_t>> prompts, responses;
   for (auto& o : outs) {
     prompts.push_back(o.prompt);
