@@ -431,3 +431,19 @@ TEST_CASE("a stop during a step ends the run after it, with a checkpoint, and ev
   for (auto& [k, e] : f.ledger(controller))
     CHECK((e[2] == "trained" || e[2] == "dropped"));
 }
+
+TEST_CASE("a run with no reward pool stops at the member deadline, saying which role is missing") {
+  fixture f;
+  auto cs = f.setup(4, 8, 1, 4);
+  cs.rollouts = {f.rollout({})};
+  cs.member_timeout = std::chrono::milliseconds(2000);
+  f.controller(std::move(cs));
+  f.run();
+  CHECK(!f.rec->done);
+  CHECK(f.rec->requests.empty());  // a sample goes out with a pool or not at all
+  f.sched->trigger_timeouts();
+  f.run();
+  REQUIRE(f.rec->done);
+  CHECK(f.rec->code == 1);
+  CHECK_MESSAGE(f.rec->why.find("no reward pool for 2 s; start a node with the reward role") == 0, f.rec->why);
+}

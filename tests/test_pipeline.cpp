@@ -368,3 +368,12 @@ TEST_CASE("model.dtype = bfloat16 runs the whole job: warm start, generation, tr
   CHECK(bf16[0]["masked_fraction"].get<double>() == 0);  // behaviour and proximal log-probabilities agree
   CHECK(bf16[0]["grad_norm"].get<double>() != fp32[0]["grad_norm"].get<double>());  // it computed in bfloat16
 }
+
+TEST_CASE("rl.temperature takes effect: near zero the samples of a group agree, higher they spread") {
+  // At temperature 0.01 sampling is greedy in effect: every sample of a group is the same answer,
+  // its rewards agree and group-relative advantages vanish. At 1 (the default) they differ.
+  auto cold = steps_of("cold", {"rl.temperature=0.01"});
+  CHECK(total(cold, "grad_norm") == 0);
+  auto warm = steps_of("warm", {"rl.temperature=1.0"});
+  CHECK(total(warm, "grad_norm") > 0);
+}

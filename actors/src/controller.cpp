@@ -140,10 +140,11 @@ void dispatch(controller_pointer self, uint64_t worker, uint64_t pool, stream_sa
           });
 }
 
-// With no rollout worker the run cannot progress: it waits member_timeout for one.
+// With no rollout worker, or no reward pool, no sample can go out (each goes
+// out with both): the run waits member_timeout for the missing role.
 void arm_member_deadline(controller_pointer self) {
   auto& st = self->state;
-  if (!st.rollouts.empty() || st.member_deadline_armed || st.phase == run_phase::finished)
+  if ((!st.rollouts.empty() && !st.rewards.empty()) || st.member_deadline_armed || st.phase == run_phase::finished)
     return;
   st.member_deadline_armed = true;
   self->delayed_send(self, st.setup.member_timeout, caf::tick_atom::value);
@@ -297,10 +298,13 @@ controller_actor spawn_controller(caf::actor_system& sys, controller_setup setup
         [self](caf::tick_atom) {
           auto& st = self->state;
           st.member_deadline_armed = false;
-          if (st.rollouts.empty() && st.phase != run_phase::finished)
-            end_run(self, 1,
-                    "no rollout worker for " + std::to_string(st.setup.member_timeout.count() / 1000) +
-                        " s; start a node with the rollout role (areal --config TOPOLOGY --node NAME)");
+          if (st.phase == run_phase::finished || (!st.rollouts.empty() && !st.rewards.empty()))
+            return;
+          auto missing = st.rollouts.empty() ? std::string{"rollout"} : std::string{"reward"};
+          end_run(self, 1,
+                  "no " + std::string{missing == "rollout" ? "rollout worker" : "reward pool"} + " for " +
+                      std::to_string(st.setup.member_timeout.count() / 1000) + " s; start a node with the " + missing +
+                      " role (areal --config TOPOLOGY --node NAME)");
         },
     };
   });
