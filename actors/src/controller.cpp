@@ -71,17 +71,22 @@ std::optional<stream_sample> settle_request(controller_state& st, uint64_t rid) 
   return std::move(done->sample);
 }
 
+// A stored trajectory that will not be trained: the store lets it go.
+void forget(controller_pointer self, const sample_summary& summary) {
+  self->send(self->state.setup.store, forget_atom::value, std::vector<uint64_t>{summary.slot});
+}
+
 // A summary arrived: the trajectory is scored and in the store.
 void on_summary(controller_pointer self, sample_id id, const std::string& pool, sample_summary& summary) {
   auto& st = self->state;
   auto finished = static_cast<finish_reason>(summary.finish);
   if (summary.group_id != id.group || summary.sample_index != id.index) {
-    self->send(st.setup.store, forget_atom::value, std::vector<uint64_t>{summary.slot});
+    forget(self, summary);
     drop(self, id, "the sample store answered for sample " + to_string({summary.group_id, summary.sample_index}));
   } else if (finished != finish_reason::stop && finished != finish_reason::length) {
     // Rollout workers answer an aborted sequence with an error (generated again);
     // whatever else produced an unfinished trajectory, it is not trained.
-    self->send(st.setup.store, forget_atom::value, std::vector<uint64_t>{summary.slot});
+    forget(self, summary);
     drop(self, id, std::string{"a trajectory that ended "} + to_string(finished) + " reached the buffer");
   } else {
     st.gate->finish(true);
@@ -124,7 +129,7 @@ void dispatch(controller_pointer self, uint64_t worker, uint64_t pool, stream_sa
             auto done = settle_request(s, rid);
             if (!done || s.phase == run_phase::finished) {
               // forgotten (its member was lost and the sample sent again), or the run is over
-              self->send(s.setup.store, forget_atom::value, std::vector<uint64_t>{summary.slot});
+              forget(self, summary);
               return;
             }
             on_summary(self, id, pool_name, summary);

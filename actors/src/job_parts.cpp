@@ -169,6 +169,20 @@ std::vector<rollout_actor> spawn_rollout_workers(caf::actor_system& sys, const r
   return rollouts;
 }
 
+weight_subscriber_setup rollout_subscription(const run_config& c, const node_spec& self, caf::actor publisher,
+                                             const std::vector<rollout_actor>& rollouts, uint64_t model_bytes) {
+  weight_subscriber_setup ws;
+  ws.node = self.name;
+  ws.publisher = std::move(publisher);
+  for (auto& r : rollouts)
+    ws.sinks.push_back(caf::actor_cast<caf::actor>(r));
+  ws.expected_bytes = model_bytes;
+  ws.device_host = self.host;
+  ws.allow_bulk = c.cluster.weight_transport != "caf";  // else take the bulk link the publisher offers
+  ws.timeout = std::chrono::milliseconds(c.cluster.transfer_timeout_ms);
+  return ws;
+}
+
 std::shared_ptr<kernels::policy_model> reference_policy(const std::filesystem::path& run_dir, bool resumed,
                                                         const model_parts& m) {
   auto kept = run_dir / "sft_model";

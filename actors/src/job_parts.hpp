@@ -16,7 +16,7 @@
 #include "areal/actors/compute_share.hpp"
 #include "areal/actors/evaluator.hpp"
 #include "areal/actors/interfaces.hpp"
-#include "areal/actors/reward_pool.hpp"
+#include "areal/actors/weight_transport.hpp"
 #include "areal/kernels/model.hpp"
 #include "areal/kernels/model_config.hpp"
 #include "areal/kernels/tokenizer.hpp"
@@ -61,6 +61,10 @@ int64_t max_sequence(const model_parts& m);
 std::vector<rollout_actor> spawn_rollout_workers(caf::actor_system& sys, const run_config& c, const model_parts& m,
                                                  std::shared_ptr<compute_share> share, std::shared_ptr<tracer> trace,
                                                  int64_t initial_version, const std::string& prefix);
+
+/// The weight subscription of this node's rollout workers to a (remote) publisher.
+weight_subscriber_setup rollout_subscription(const run_config& c, const node_spec& self, caf::actor publisher,
+                                             const std::vector<rollout_actor>& rollouts, uint64_t model_bytes);
 
 std::string duration_text(double seconds);
 
@@ -108,7 +112,7 @@ struct trainer_side_setup {
 /// Spawns the trainer side over m.policy (which the trainer owns from now on).
 trainer_side spawn_trainer_side(caf::actor_system& sys, const run_config& c, const model_parts& m,
                                 const trainer_side_setup& s);
-void stop_trainer_side(caf::actor_system& sys, const trainer_side& side);
+void stop_trainer_side(const trainer_side& side);
 
 /// The controller node's half of a trainer on a node of its own: saves the
 /// weights the run starts from (unless it resumes), asks the node actor for the

@@ -21,13 +21,11 @@ namespace {
 
 struct members_state {
   static inline const char* name = "areal.node_members";
-  std::string node;
+  run_config config;
+  node_spec self;   // this node
   node_actor head;  // the controller node's node actor
   std::vector<rollout_actor> rollouts;
   uint64_t model_bytes = 0;
-  std::string host;
-  bool bulk = true;  // take the bulk link the publisher offers (Gloo, NCCL)
-  std::chrono::milliseconds transfer_timeout{60000};
   caf::actor subscriber;
   bool rollouts_joined = false;
   std::optional<trainer_side> trainer;  // the trainer's node: once the controller's job asked for it
@@ -60,16 +58,8 @@ void subscribe_to_weights(members_pointer self) {
       .then(
           [self](caf::actor& publisher) {
             auto& st = self->state;
-            weight_subscriber_setup ws;
-            ws.node = st.node;
-            ws.publisher = publisher;
-            for (auto& r : st.rollouts)
-              ws.sinks.push_back(caf::actor_cast<caf::actor>(r));
+            auto ws = rollout_subscription(st.config, st.self, publisher, st.rollouts, st.model_bytes);
             ws.listener = caf::actor_cast<weights_listener_actor>(self);
-            ws.expected_bytes = st.model_bytes;
-            ws.device_host = st.host;
-            ws.allow_bulk = st.bulk;
-            ws.timeout = st.transfer_timeout;
             st.subscriber = caf::actor_cast<caf::actor>(spawn_weight_subscriber(self->system(), ws));
             self->link_to(st.subscriber);
           },
@@ -87,11 +77,9 @@ node_members_actor spawn_node_members(caf::actor_system& sys, const run_config& 
   return sys.spawn<caf::detached>([config, self_spec, controller_node,
                                    trace](members_pointer self) -> node_members_actor::behavior_type {
     auto& st = self->state;
-    st.node = self_spec.name;
+    st.config = config;
+    st.self = self_spec;
     st.head = controller_node;
-    st.host = self_spec.host;
-    st.bulk = config.cluster.weight_transport != "caf";
-    st.transfer_timeout = std::chrono::milliseconds(config.cluster.transfer_timeout_ms);
     st.trace = trace;
     if (self_spec.has(role::trainer))
       join_run(self, "trainer", caf::actor_cast<caf::actor>(self));  // the job asks for the trainer side

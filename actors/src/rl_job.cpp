@@ -320,7 +320,7 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
   for (auto& r : rollouts)
     self->send_exit(r, caf::exit_reason::user_shutdown);
   if (!remote_trainer)
-    stop_trainer_side(sys, side);  // a remote one ends with its node
+    stop_trainer_side(side);  // a remote one ends with its node
   else if (side.subscriber)
     self->send_exit(side.subscriber, caf::exit_reason::user_shutdown);
   if (reward)

@@ -151,13 +151,9 @@ void arm_retry(rollout_pointer self) {
 // store; the store's summary answers the controller. A full pool is asked
 // again (after other replies, or shortly), never longer than the scoring deadline.
 void send_to_pool(rollout_pointer self, outgoing o) {
-  auto pool = o.to.pool;
-  auto t = o.t;
-  auto text = o.text;
-  auto task = o.to.task;
-  auto store = o.to.store;
+  // The message takes a copy; `held` keeps the original for an offer again.
   auto held = std::make_shared<outgoing>(std::move(o));
-  self->request(pool, self->state.setup.score_timeout, std::move(t), std::move(text), std::move(task), std::move(store))
+  self->request(held->to.pool, self->state.setup.score_timeout, held->t, held->text, held->to.task, held->to.store)
       .then(
           [self, held](sample_summary& summary) {
             held->to.promise.deliver(std::move(summary));

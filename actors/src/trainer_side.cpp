@@ -6,6 +6,7 @@
 
 #include <caf/all.hpp>
 
+#include "areal/actors/reward_pool.hpp"
 #include "areal/actors/sample_store.hpp"
 #include "areal/actors/trainer_actor.hpp"
 #include "areal/actors/weight_transport.hpp"
@@ -124,16 +125,9 @@ trainer_side remote_trainer_side(caf::actor_system& sys, const run_config& c, no
                     "and give the run directory the same path there (the trainer writes the checkpoints)");
   spdlog::info("RL: the trainer runs on its own node");
   if (!rollouts.empty()) {
-    weight_subscriber_setup ws;
-    ws.node = self.name;
-    ws.publisher = caf::actor_cast<caf::actor>(side.publisher);
-    for (auto& r : rollouts)
-      ws.sinks.push_back(caf::actor_cast<caf::actor>(r));
-    ws.expected_bytes = static_cast<uint64_t>(m.policy->flat().nbytes());
-    ws.device_host = self.host;
-    ws.allow_bulk = c.cluster.weight_transport != "caf";
-    ws.timeout = std::chrono::milliseconds(c.cluster.transfer_timeout_ms);
-    side.subscriber = spawn_weight_subscriber(sys, ws);
+    side.subscriber =
+        spawn_weight_subscriber(sys, rollout_subscription(c, self, caf::actor_cast<caf::actor>(side.publisher),
+                                                          rollouts, static_cast<uint64_t>(m.policy->flat().nbytes())));
   }
   return side;
 }
@@ -162,7 +156,7 @@ trainer_side start_trainer_side(caf::actor_system& sys, const run_config& c, con
   return spawn_trainer_side(sys, c, m, ts);
 }
 
-void stop_trainer_side(caf::actor_system&, const trainer_side& side) {
+void stop_trainer_side(const trainer_side& side) {
   caf::anon_send_exit(side.trainer, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(side.store, caf::exit_reason::user_shutdown);
   if (side.publisher)
