@@ -47,10 +47,15 @@ std::vector<workload> workloads() {
   reward_task code;
   code.kind = task_kind::code;
   code.io_cases = {{"3\n", "9\n"}};
+  reward_task assertions;
+  assertions.kind = task_kind::code;
+  assertions.assertions = {"assert square(3) == 9", "assert square(-2) == 4", "assert square(0) == 0"};
   std::string reasoning(2000, ' ');  // a response of typical length before its answer
   return {{"math", math, reasoning + "so the result is \\boxed{\\dfrac{3}{4}}."},
           {"countdown", countdown, reasoning + "<answer>((100 + 6) * 3 * 75 - 50) / 25</answer>"},
-          {"code", code, reasoning + "```python\nn = int(input())\nprint(n * n)\n```"}};
+          {"code", code, reasoning + "```python\nn = int(input())\nprint(n * n)\n```"},
+          {"code (3 assertions: judge + program)", assertions,
+           reasoning + "```python\ndef square(n):\n    return n * n\n```"}};
 }
 
 // Plain python3: fork + exec + wait, output to /dev/null.
@@ -72,6 +77,16 @@ double plain_python_s(const std::string& python, const std::string& script_path)
   return seconds_since(start);
 }
 
+// Resident size of this process (VmRSS), in MB.
+long resident_mb() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("VmRSS:", 0) == 0)
+      return std::stol(line.substr(6)) / 1024;
+  return -1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -83,7 +98,9 @@ int main(int argc, char** argv) {
   out["hardware_threads"] = std::thread::hardware_concurrency();
   out["root"] = geteuid() == 0;
   std::cout << "machine: " << std::thread::hardware_concurrency() << " hardware threads; running as "
-            << (geteuid() == 0 ? "root (programs run as nobody)" : "an unprivileged user") << "; " << python << "\n";
+            << (geteuid() == 0 ? "root (programs run as their own uids)" : "an unprivileged user") << "; " << python
+            << "; this process resident " << resident_mb() << " MB (each sandbox run forks it: its page tables are "
+            << "copied, plain python3 is posix_spawn'ed)\n";
 
   // Sandbox overhead on one trivial program.
   {
@@ -103,16 +120,44 @@ int main(int argc, char** argv) {
       reward::run_sandboxed(r);
       boxed += seconds_since(start);
     }
-    std::remove(script.c_str());
     std::cout << "sandbox: print(1) takes " << 1e3 * boxed / runs << " ms sandboxed vs " << 1e3 * plain / runs
               << " ms with plain python3; overhead ratio " << boxed / plain << "\n";
     out["sandbox"] = {{"sandboxed_ms", 1e3 * boxed / runs}, {"plain_ms", 1e3 * plain / runs}, {"ratio", boxed / plain}};
+
+    // The assertion harness: a judge and the program in two sandboxed processes,
+    // against plain python3 running the program and its assertions in one.
+    auto task = workloads().back();
+    std::ofstream(script) << "def square(n):\n    return n * n\n"
+                          << [&] {
+                               std::string all;
+                               for (auto& a : task.task.assertions)
+                                 all += a + "\n";
+                               return all;
+                             }();
+    double plain_asserts = 0, judged = 0;
+    for (int i = 0; i < runs; ++i) {
+      plain_asserts += plain_python_s(python, script);
+      auto start = clock_type::now();
+      auto v = reward::score_response(task.response, task.task);
+      judged += seconds_since(start);
+      if (v.judged != verdict::correct) {
+        std::cerr << "bench_rewards: the assertion task was judged " << to_string(v.judged) << ": " << v.detail << "\n";
+        return 1;
+      }
+    }
+    std::remove(script.c_str());
+    std::cout << "harness: 3 assertions take " << 1e3 * judged / runs << " ms judged (judge + program, sandboxed) vs "
+              << 1e3 * plain_asserts / runs << " ms with plain python3 (one process); overhead ratio "
+              << judged / plain_asserts << "\n";
+    out["harness"] = {{"judged_ms", 1e3 * judged / runs},
+                      {"plain_ms", 1e3 * plain_asserts / runs},
+                      {"ratio", judged / plain_asserts}};
   }
 
   // Direct calls on one thread.
   reward::scoring_options options;
   for (auto& w : workloads()) {
-    int n = w.name == "code" ? (quick ? 20 : 100) : (quick ? 20000 : 200000);
+    int n = w.task.kind == task_kind::code ? (quick ? 20 : 100) : (quick ? 20000 : 200000);
     auto start = clock_type::now();
     int correct = 0;
     for (int i = 0; i < n; ++i)
@@ -139,7 +184,7 @@ int main(int argc, char** argv) {
   t.token_versions = {0, 0, 0};
   auto packed_traj = *pack(t);
   for (auto& w : workloads()) {
-    int n = w.name == "code" ? (quick ? 20 : 100) : (quick ? 5000 : 50000);
+    int n = w.task.kind == task_kind::code ? (quick ? 20 : 100) : (quick ? 5000 : 50000);
     auto task = *pack(w.task);
     auto start = clock_type::now();
     int sent = 0, received = 0;

@@ -25,4 +25,6 @@ struct RewardTask {
   caseTimeS @7 :Float32 = 5.0;
   totalTimeS @8 :Float32 = 20.0;
   partialCredit @9 :Bool;
+  testSetup @10 :Text;            # trusted code the judge runs before the assertions
+  entryPoints @11 :List(Text);    # the program's names the assertions use; empty: all
 }

@@ -60,6 +60,8 @@ inline reward_task sample_task() {
   x.target = 97;
   x.io_cases = {{"1 2\n", "3\n"}, {"", ""}};
   x.assertions = {"assert f(1) == 2"};
+  x.test_setup = "import math";
+  x.entry_points = {"f"};
   x.case_time_s = 2.5f;
   x.total_time_s = 9.0f;
   x.partial_credit = true;

@@ -8,8 +8,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "areal/reward/code_verifier.hpp"
+#include "code_harness.hpp"
 
 using namespace areal;
 using namespace areal::reward;
@@ -36,8 +38,13 @@ code_task quick_task() {
   return t;
 }
 
-// Processes of a user, other than zombies: what a sandbox run must not leave behind.
-int processes_of(uid_t uid) {
+// Processes run by sandbox users (the default uid range, or this user when
+// not root), other than zombies: what a sandbox run must not leave behind.
+int sandbox_processes() {
+  sandbox_policy policy;
+  auto sandboxed = [&](unsigned long uid) {
+    return geteuid() == 0 ? uid >= policy.uid_base && uid < policy.uid_base + 2 * policy.uid_slots : uid == geteuid();
+  };
   int count = 0;
   for (auto& entry : std::filesystem::directory_iterator("/proc")) {
     auto name = entry.path().filename().string();
@@ -48,17 +55,13 @@ int processes_of(uid_t uid) {
     bool mine = false, zombie = false;
     while (std::getline(status, line)) {
       if (line.rfind("Uid:", 0) == 0)
-        mine = std::stoul(line.substr(4)) == uid;
+        mine = sandboxed(std::stoul(line.substr(4)));
       if (line.rfind("State:", 0) == 0)
         zombie = line.find('Z') != std::string::npos;
     }
     count += mine && !zombie;
   }
   return count;
-}
-
-uid_t sandbox_uid() {
-  return geteuid() == 0 ? 65534 : geteuid();
 }
 
 struct hostile {
@@ -94,7 +97,7 @@ TEST_CASE("assertion tests run against the program's functions with partial cred
   CHECK(v.judged == verdict::wrong);
   CHECK(v.reward == 0.0f);
   CHECK(v.detail.find("2/3 tests passed") != std::string::npos);
-  CHECK(v.detail.find("assertion 2 AssertionError failed") != std::string::npos);
+  CHECK(v.detail.find("assertion 2 failed: AssertionError") != std::string::npos);
   t.partial_credit = true;
   v = verify_code(fenced("def add(a, b):\n    return a + b"), t);
   CHECK(v.reward == doctest::Approx(2.0 / 3.0));
@@ -118,7 +121,7 @@ TEST_CASE("a response without a code block has no answer") {
 
 TEST_CASE("hostile programs are contained with the right verdict") {
   auto marker = std::filesystem::path{"/tmp/areal-escape-" + std::to_string(getpid())};
-  auto before = processes_of(sandbox_uid());
+  auto before = sandbox_processes();
   const std::vector<hostile> programs = {
       {"infinite loop", "while True:\n    pass", verdict::timeout},
       {"fork bomb", "import os\nwhile True:\n    os.fork()", verdict::sandbox_violation},
@@ -145,19 +148,19 @@ TEST_CASE("hostile programs are contained with the right verdict") {
   }
   CHECK_FALSE(std::filesystem::exists(marker));
   CHECK_FALSE(std::filesystem::exists("/etc/areal-escape"));
-  CHECK(processes_of(sandbox_uid()) <= before);
+  CHECK(sandbox_processes() <= before);
 }
 
 TEST_CASE("without the seccomp filter a fork bomb is still contained and leaves nothing behind") {
   code_options options;
   options.policy.seccomp = false;
-  auto before = processes_of(sandbox_uid());
+  auto before = sandbox_processes();
   auto v = verify_code(fenced("import os, time\nfor i in range(10000):\n    try:\n        os.fork()\n    except "
                               "OSError:\n        pass\ntime.sleep(30)"),
                        quick_task(), options);
   INFO(v.detail);
   CHECK(v.judged == verdict::timeout);
-  CHECK(processes_of(sandbox_uid()) <= before);
+  CHECK(sandbox_processes() <= before);
 }
 
 TEST_CASE("the sandbox reports what it ran and what it could not apply") {
@@ -184,4 +187,135 @@ TEST_CASE("the sandbox reports what it ran and what it could not apply") {
   auto missing = run_sandboxed(r);
   CHECK(missing.outcome == sandbox_outcome::start_failed);
   CHECK(missing.error.find("execve failed") != std::string::npos);
+}
+
+namespace {
+
+// Two runs at once: the first keeps a file in its work directory; the second
+// looks for it everywhere it could be reached from (other processes' cwd and
+// root through /proc, the host's temporary directory), tries to read and
+// overwrite it, and counts the processes it can see.
+struct neighbours {
+  std::string first_out, second_out;
+};
+
+neighbours run_side_by_side(const sandbox_policy& policy) {
+  auto host_tmp = std::filesystem::temp_directory_path().string();
+  sandbox_request first;
+  first.argv = {"/usr/bin/python3", "-I", "main.py"};
+  first.files = {{"main.py",
+                  "import time\nopen('secret.txt', 'w').write('kept')\ntime.sleep(2)\n"
+                  "print(open('secret.txt').read())"}};
+  first.limits.wall_s = 8;
+  sandbox_request second = first;
+  second.files = {{"main.py", R"PY(import glob, os
+pids = [p for p in os.listdir("/proc") if p.isdigit()]
+found = set(glob.glob("/proc/*/cwd/secret.txt") + glob.glob("/proc/*/root/tmp/work/secret.txt") +
+            glob.glob("/proc/*/cwd/*/secret.txt") + glob.glob("HOST_TMP/areal-sandbox-*/secret.txt"))
+read = written = 0
+for path in found:
+    try:
+        open(path).read()
+        read += 1
+        open(path, "w").write("overwritten")
+        written += 1
+    except Exception:
+        pass
+print("processes", len(pids), "found", len(found), "read", read, "written", written)
+)PY"}};
+  auto& code = second.files[0].second;
+  code.replace(code.find("HOST_TMP"), 8, host_tmp);
+  neighbours out;
+  std::thread a{[&] { out.first_out = run_sandboxed(first, policy).out; }};
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the first has written its file
+  out.second_out = run_sandboxed(second, policy).out;
+  a.join();
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("concurrent runs cannot reach each other's files or see the host's processes") {
+  auto seen = run_side_by_side({});
+  INFO("first: " << seen.first_out << " second: " << seen.second_out);
+  CHECK(seen.first_out == "kept\n");
+  CHECK(seen.second_out.find("found 0 read 0 written 0") != std::string::npos);
+  // Its own process only: init (root) is hidden from it, the host's are not in its PID namespace.
+  CHECK(seen.second_out.rfind("processes 1 ", 0) == 0);
+
+  // Without namespaces the probe sees the host's processes; the files stay
+  // apart only because each run has its own user (when root)...
+  sandbox_policy no_namespaces;
+  no_namespaces.namespaces = false;
+  auto users_only = run_side_by_side(no_namespaces);
+  INFO("without namespaces: " << users_only.second_out);
+  CHECK(users_only.second_out.rfind("processes 1 ", 0) != 0);
+  if (geteuid() == 0) {
+    CHECK(users_only.second_out.find("found 0 read 0 written 0") != std::string::npos);
+    // ... and with neither, it reaches the other's file: what the checks above guard against.
+    no_namespaces.drop_privileges = false;
+    auto exposed = run_side_by_side(no_namespaces);
+    INFO("without namespaces or users of their own: " << exposed.second_out);
+    CHECK(exposed.second_out.find("found 0 ") == std::string::npos);
+    CHECK(exposed.first_out == "overwritten\n");
+  }
+}
+
+TEST_CASE("the judge's report is read strictly: one report per test, nothing else") {
+  using harness::read_report;
+  const std::string m = "AREAL42";
+  auto good = read_report(m + " PASS 0\n" + m + " FAIL 1 AssertionError\n" + m + " DONE 2\n", m, 2);
+  CHECK(good.violation.empty());
+  CHECK(good.passed() == 1);
+  CHECK(good.first_failure == "assertion 1 failed: AssertionError");
+  // A pass and a failure for one test, a test reported twice, out of range, malformed, unmarked, after DONE,
+  // a missing report, DONE for another count: each voids the whole report.
+  for (auto bad :
+       {m + " PASS 0\n" + m + " FAIL 0 x\n" + m + " PASS 1\n" + m + " DONE 2\n",
+        m + " PASS 0\n" + m + " PASS 0\n" + m + " PASS 1\n" + m + " DONE 2\n",
+        m + " PASS 0\n" + m + " PASS 1\n" + m + " PASS 2\n" + m + " DONE 2\n",
+        m + " PASS 0 extra\n" + m + " PASS 1\n" + m + " DONE 2\n",
+        m + " PASS -1\n" + m + " PASS 0\n" + m + " PASS 1\n" + m + " DONE 2\n",
+        std::string{"PASS 0\n"} + m + " PASS 0\n" + m + " PASS 1\n" + m + " DONE 2\n",
+        m + " PASS 0\n" + m + " PASS 1\n" + m + " DONE 2\n" + m + " PASS 1\n", m + " PASS 0\n" + m + " DONE 2\n",
+        m + " PASS 0\n" + m + " PASS 1\n" + m + " DONE 3\n",
+        m + " PASS 0\n" + m + " PASS 1\n" + m + " HELLO\n" + m + " DONE 2\n", m + " PASS 0\n" + m + " PASS 1"}) {
+    auto r = read_report(bad, m, 2);
+    INFO(bad);
+    CHECK_FALSE(r.violation.empty());
+    CHECK(r.passed() == 0);
+  }
+}
+
+TEST_CASE("a program that breaks the harness's protocol earns nothing, even with partial credit") {
+  code_task t;
+  t.assertions = {"assert add(2, 3) == 5", "assert add(1, 1) == 2"};
+  t.partial_credit = true;
+  auto honest = verify_code(fenced("def add(a, b):\n    return a + b"), t);
+  CHECK(honest.reward == 1.0f);
+  auto v = verify_code(fenced("import os\nos.write(4, b'garbage\\n')\ndef add(a, b):\n    return a + b"), t);
+  INFO(v.detail);
+  CHECK(v.judged == verdict::wrong);
+  CHECK(v.reward == 0.0f);
+  CHECK(v.detail.find("broke the harness's protocol") != std::string::npos);
+}
+
+TEST_CASE("assertions see only plain data: values of the program cross, behaviour does not") {
+  code_task t;
+  t.test_setup = "import math\ndef twice(x):\n    return 2 * x";
+  t.assertions = {"assert math.isclose(area(2.0), 12.566370614359172)", "assert twice(LIMIT) == 20",
+                  "assert sorted(pair()) == [1, 2] and type(pair()) is tuple",
+                  "try:\n    area(-1)\n    raise AssertionError('no error')\nexcept ValueError:\n    pass"};
+  auto program =
+      "import math\nLIMIT = 10\ndef area(r):\n    if r < 0:\n        raise ValueError('negative')\n"
+      "    return math.pi * r * r\ndef pair():\n    return (2, 1)\ndef twice(x):\n    return x";
+  auto v = verify_code(fenced(program), t);
+  INFO(v.detail);
+  CHECK(v.judged == verdict::correct);
+  // The setup's twice is the task's: the program's own twice (returning x) is not used.
+  t.entry_points = {"area"};
+  auto restricted = verify_code(fenced(program), t);
+  INFO(restricted.detail);
+  CHECK(restricted.judged == verdict::wrong);  // LIMIT and pair are not entry points
+  CHECK(restricted.detail.find("NameError") != std::string::npos);
 }

@@ -283,7 +283,8 @@ reward_pool_config make_reward_pool_config(const reward_spec& spec) {
   c.scoring.math.relative_tolerance = spec.math_relative_tolerance;
   c.scoring.countdown.use_all_numbers = spec.countdown_use_all_numbers;
   c.scoring.code.python = spec.python;
-  c.scoring.code.policy.user = spec.sandbox_user;
+  c.scoring.code.policy.uid_base = spec.sandbox_uid_base;
+  c.scoring.code.policy.uid_slots = spec.sandbox_uid_slots;
   c.scoring.code.limits.memory_bytes = spec.memory_mb << 20;
   c.scoring.code.limits.output_bytes = spec.output_kb << 10;
   return c;

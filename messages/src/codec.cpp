@@ -369,6 +369,10 @@ caf::expected<std::vector<char>> encode(const reward_task& x) {
   auto asserts = root.initAssertions(x.assertions.size());
   for (unsigned i = 0; i < x.assertions.size(); ++i)
     asserts.set(i, x.assertions[i]);
+  root.setTestSetup(x.test_setup);
+  auto entries = root.initEntryPoints(x.entry_points.size());
+  for (unsigned i = 0; i < x.entry_points.size(); ++i)
+    entries.set(i, x.entry_points[i]);
   root.setCaseTimeS(x.case_time_s);
   root.setTotalTimeS(x.total_time_s);
   root.setPartialCredit(x.partial_credit);
@@ -389,6 +393,8 @@ caf::expected<reward_task> decode<reward_task>(const char* data, size_t size) {
         for (auto c : r.getIoCases())
           x.io_cases.push_back({to_std(c.getInput()), to_std(c.getExpectedOutput())});
         x.assertions = to_strings(r.getAssertions());
+        x.test_setup = to_std(r.getTestSetup());
+        x.entry_points = to_strings(r.getEntryPoints());
         x.case_time_s = r.getCaseTimeS();
         x.total_time_s = r.getTotalTimeS();
         x.partial_credit = r.getPartialCredit();

@@ -1,8 +1,11 @@
 // The code verifier: a program run against its tests in the sandbox, and the verdict (see code_verifier.hpp).
 #include "areal/reward/code_verifier.hpp"
 
+#include "code_harness.hpp"
+
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <random>
 
 namespace areal::reward {
@@ -36,38 +39,6 @@ std::string last_line(const std::string& text) {
                      end + 1 - (start == std::string::npos ? 0 : start + 1));
 }
 
-std::string hex(std::string_view s) {
-  static const char digits[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : s) {
-    out += digits[c >> 4];
-    out += digits[c & 15];
-  }
-  return out;
-}
-
-// Reads the assertions (hex lines) and a per-run nonce from stdin before the
-// program's code runs, so that the program cannot print results of its own.
-constexpr const char* harness = R"PY(import sys
-_areal_nonce = sys.stdin.readline().strip()
-_areal_tests = [bytes.fromhex(line.strip()).decode() for line in sys.stdin if line.strip()]
-_areal_print = print
-_areal_out = sys.stdout
-try:
-    exec(compile(open("solution.py").read(), "solution.py", "exec"), globals())
-except BaseException as e:
-    _areal_out.write(_areal_nonce + " LOAD " + type(e).__name__ + ": " + str(e)[:200].replace("\n", " ") + "\n")
-    _areal_out.flush()
-    raise SystemExit(0)
-for _areal_i, _areal_test in enumerate(_areal_tests):
-    try:
-        exec(_areal_test, globals())
-        _areal_out.write(_areal_nonce + " PASS " + str(_areal_i) + "\n")
-    except BaseException as e:
-        _areal_out.write(_areal_nonce + " FAIL " + str(_areal_i) + " " + type(e).__name__ + "\n")
-    _areal_out.flush()
-)PY";
-
 // What a run that did not pass says about the program.
 verification judge_failure(const sandbox_result& r, const std::string& what) {
   switch (r.outcome) {
@@ -92,6 +63,23 @@ verification judge_failure(const sandbox_result& r, const std::string& what) {
       return {verdict::sandbox_violation, 0.0f, what + ": stopped by the sandbox: " + error};
   return {verdict::wrong, 0.0f,
           what + ": exited with code " + std::to_string(r.exit_code) + (error.empty() ? "" : ": " + error)};
+}
+
+// The sandbox policy with the interpreter's installation visible: a python
+// outside the policy's read-only directories (e.g. /opt/python/bin/python3)
+// brings its prefix (/opt/python).
+sandbox_policy policy_for(const code_options& options) {
+  auto policy = options.policy;
+  auto covered = std::any_of(policy.read_only_dirs.begin(), policy.read_only_dirs.end(), [&](const std::string& dir) {
+    return options.python.compare(0, dir.size(), dir) == 0 && options.python.size() > dir.size() &&
+           options.python[dir.size()] == '/';
+  });
+  if (!covered) {
+    auto prefix = std::filesystem::path{options.python}.parent_path().parent_path();
+    if (prefix.has_relative_path())
+      policy.read_only_dirs.push_back(prefix.string());
+  }
+  return policy;
 }
 
 }  // namespace
@@ -127,14 +115,15 @@ verification verify_code(std::string_view response, const code_task& task, const
   auto time_left = [&] {
     return task.total_time_s - std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   };
+  const auto policy = policy_for(options);
   std::vector<std::string> notes;
   size_t passed = 0;
   std::optional<verification> first_failure;
-  auto run = [&](sandbox_request request) {
+  auto run = [&](sandbox_request request, double wall_s) {
     request.limits = options.limits;
-    request.limits.wall_s = std::min(task.case_time_s, std::max(0.05, time_left()));
+    request.limits.wall_s = std::min(wall_s, std::max(0.05, time_left()));
     request.limits.cpu_s = request.limits.wall_s;
-    auto result = run_sandboxed(request, options.policy);
+    auto result = run_sandboxed(request, policy);
     for (auto& n : result.notes)
       if (std::find(notes.begin(), notes.end(), n) == notes.end())
         notes.push_back(n);
@@ -154,7 +143,9 @@ verification verify_code(std::string_view response, const code_task& task, const
       first_failure = first_failure ? first_failure : stop;
       break;
     }
-    auto result = run({{options.python, "-I", "main.py"}, {{"main.py", *code}}, task.io_cases[i].input, {}});
+    auto result =
+        run({{options.python, "-I", "main.py"}, {{"main.py", *code}}, task.io_cases[i].input, {}, std::nullopt},
+            task.case_time_s);
     auto what = "case " + std::to_string(i);
     if (result.outcome == sandbox_outcome::exited && result.exit_code == 0) {
       if (normalize_output(result.out) == normalize_output(task.io_cases[i].expected_output)) {
@@ -170,55 +161,33 @@ verification verify_code(std::string_view response, const code_task& task, const
       break;
   }
 
+  bool violated = false;
   if (!task.assertions.empty() && (task.partial_credit || !first_failure)) {
     if (auto stop = stopped()) {
       first_failure = first_failure ? first_failure : stop;
     } else {
       std::random_device device;
-      std::string nonce = "AREAL" + std::to_string(device()) + std::to_string(device());
-      std::string input = nonce + "\n";
-      for (auto& a : task.assertions)
-        input += hex(a) + "\n";
-      sandbox_request request{
-          {options.python, "-I", "harness.py"}, {{"harness.py", harness}, {"solution.py", *code}}, input, {}};
-      // One process runs every assertion: give it the time of that many cases.
-      request.limits = options.limits;
-      request.limits.wall_s =
-          std::min(task.case_time_s * static_cast<double>(task.assertions.size()), std::max(0.05, time_left()));
-      request.limits.cpu_s = request.limits.wall_s;
-      auto result = run_sandboxed(request, options.policy);
-      for (auto& n : result.notes)
-        if (std::find(notes.begin(), notes.end(), n) == notes.end())
-          notes.push_back(n);
-      size_t assertion_passed = 0;
-      std::string load_error, first_failed;
-      size_t pos = 0;
-      auto marker = nonce + " ";
-      while ((pos = result.out.find(marker, pos)) != std::string::npos) {
-        if (pos != 0 && result.out[pos - 1] != '\n') {
-          pos += marker.size();
-          continue;
-        }
-        auto end = result.out.find('\n', pos);
-        auto line = result.out.substr(pos + marker.size(),
-                                      end == std::string::npos ? std::string::npos : end - pos - marker.size());
-        if (line.rfind("PASS ", 0) == 0)
-          ++assertion_passed;
-        else if (line.rfind("FAIL ", 0) == 0 && first_failed.empty())
-          first_failed = line.substr(5);
-        else if (line.rfind("LOAD ", 0) == 0)
-          load_error = line.substr(5);
-        pos = end == std::string::npos ? result.out.size() : end;
-      }
-      assertion_passed = std::min(assertion_passed, task.assertions.size());
-      passed += assertion_passed;
-      if (assertion_passed < task.assertions.size() && !first_failure) {
-        if (!load_error.empty())
-          first_failure = verification{verdict::wrong, 0.0f, "the program failed while loading: " + load_error};
-        else if (!first_failed.empty())
-          first_failure = verification{verdict::wrong, 0.0f, "assertion " + first_failed + " failed"};
-        else if (result.outcome == sandbox_outcome::exited && result.exit_code == 0)
-          first_failure = verification{verdict::wrong, 0.0f, "the program ended the process before all assertions ran"};
+      std::string marker = "AREAL" + std::to_string(device()) + std::to_string(device());
+      sandbox_request request{{options.python, "-I", "judge.py"},
+                              {{"judge.py", harness::judge_source()}},
+                              harness::judge_input(marker, task),
+                              {},
+                              sandbox_companion{{options.python, "-I", "runner.py"},
+                                                {{"runner.py", harness::runner_source()}, {"solution.py", *code}}}};
+      // One judge runs every assertion: give it the time of that many cases.
+      auto result = run(std::move(request), task.case_time_s * static_cast<double>(task.assertions.size()));
+      auto report = harness::read_report(result.out, marker, task.assertions.size());
+      if (!report.setup_error.empty())
+        return {verdict::error, 0.0f, "the task's test setup failed: " + report.setup_error};
+      violated = !report.violation.empty();
+      passed += report.passed();
+      if (violated) {
+        first_failure = verification{verdict::wrong, 0.0f, report.violation};
+      } else if (report.passed() < task.assertions.size() && !first_failure) {
+        if (!report.load_error.empty())
+          first_failure = verification{verdict::wrong, 0.0f, "the program failed while loading: " + report.load_error};
+        else if (!report.first_failure.empty())
+          first_failure = verification{verdict::wrong, 0.0f, report.first_failure};
         else
           first_failure = judge_failure(result, "assertions");
       }
@@ -229,10 +198,11 @@ verification verify_code(std::string_view response, const code_task& task, const
   for (auto& n : notes)
     suffix += "; " + n;
   auto tally = std::to_string(passed) + "/" + std::to_string(total) + " tests passed";
-  if (passed == total)
+  if (passed == total && !violated)
     return {verdict::correct, 1.0f, tally + suffix};
   auto failure = first_failure.value_or(verification{verdict::wrong, 0.0f, "tests failed"});
-  failure.reward = task.partial_credit ? static_cast<float>(passed) / static_cast<float>(total) : 0.0f;
+  // A program that broke the harness's protocol earns nothing, partial credit or not.
+  failure.reward = task.partial_credit && !violated ? static_cast<float>(passed) / static_cast<float>(total) : 0.0f;
   failure.detail = tally + "; " + failure.detail + suffix;
   return failure;
 }

@@ -1,42 +1,26 @@
-// The sandbox's process tree:
-//
-//   host thread ── fork ──► supervisor (new process group; unshares namespaces,
-//                            mounts private tmpfs, binds the work directory)
-//                              └─ fork ──► init (PID 1 of the new PID namespace;
-//                                           reaps, reports the program's status)
-//                                            └─ fork ──► program (limits, user,
-//                                                         seccomp, execve)
-//
-// Status travels back on a pipe as fixed-size records (atomic below PIPE_BUF).
-// The host kills the supervisor's process group at the deadline; when init
-// dies the kernel kills everything left in the PID namespace, so no process
-// outlives the run.
+// The host's side of a sandbox run: the work directory, the user ids, the
+// pipes, the deadline and output cap, and the verdict from the status records.
+// The processes inside are sandbox_inside.cpp; the user ids sandbox_uids.cpp.
+// The host kills the supervisor's process group at the deadline.
 #include "areal/reward/sandbox.hpp"
 
+#include "sandbox_inside.hpp"
+#include "sandbox_uids.hpp"
+
 #include <fcntl.h>
-#include <grp.h>
 #include <poll.h>
-#include <pwd.h>
-#include <sched.h>
-#include <seccomp.h>
 #include <signal.h>
-#include <sys/mount.h>
-#include <sys/prctl.h>
-#include <sys/resource.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <linux/limits.h>
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <climits>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <initializer_list>
+#include <optional>
 
 namespace areal::reward {
 
@@ -61,207 +45,6 @@ const char* to_string(sandbox_outcome x) {
 }
 
 namespace {
-
-enum record_kind : int { note_record = 1, exec_failed_record = 2, status_record = 3 };
-
-struct status_record_t {
-  int kind;
-  int value;       // errno for exec_failed, wait status for status
-  long cpu_usec;   // program CPU time (status only)
-  char text[200];  // note text
-};
-static_assert(sizeof(status_record_t) < PIPE_BUF, "records must be written atomically");
-
-void send_record(int fd, int kind, int value, long cpu_usec, const char* text) {
-  status_record_t r{};
-  r.kind = kind;
-  r.value = value;
-  r.cpu_usec = cpu_usec;
-  if (text)
-    std::snprintf(r.text, sizeof(r.text), "%s", text);
-  ssize_t ignored = write(fd, &r, sizeof(r));
-  (void)ignored;
-}
-
-void note_errno(int fd, const char* what) {
-  char buf[200];
-  std::snprintf(buf, sizeof(buf), "%s not applied: %s", what, std::strerror(errno));
-  send_record(fd, note_record, 0, 0, buf);
-}
-
-// Default-allow filter that stops what a verified program never needs.
-int install_seccomp(pid_t self) {
-  scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
-  if (!ctx)
-    return -1;
-  int rc = 0;
-  auto kill_process = SCMP_ACT_KILL_PROCESS;
-  rc |= seccomp_rule_add(ctx, kill_process, SCMP_SYS(fork), 0);
-  rc |= seccomp_rule_add(ctx, kill_process, SCMP_SYS(vfork), 0);
-  // clone is allowed for threads only.
-  rc |= seccomp_rule_add(ctx, kill_process, SCMP_SYS(clone), 1, SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_THREAD, 0));
-  rc |= seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);  // glibc falls back to clone
-  rc |= seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_NE, AF_UNIX));
-  // Signals only to itself.
-  rc |= seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(kill), 1,
-                         SCMP_A0(SCMP_CMP_NE, static_cast<scmp_datum_t>(self)));
-  rc |= seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(tgkill), 1,
-                         SCMP_A0(SCMP_CMP_NE, static_cast<scmp_datum_t>(self)));
-  rc |= seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(tkill), 0);
-  for (int call : {SCMP_SYS(ptrace),          SCMP_SYS(process_vm_readv), SCMP_SYS(process_vm_writev),
-                   SCMP_SYS(mount),           SCMP_SYS(umount2),          SCMP_SYS(pivot_root),
-                   SCMP_SYS(chroot),          SCMP_SYS(unshare),          SCMP_SYS(setns),
-                   SCMP_SYS(reboot),          SCMP_SYS(kexec_load),       SCMP_SYS(init_module),
-                   SCMP_SYS(finit_module),    SCMP_SYS(delete_module),    SCMP_SYS(bpf),
-                   SCMP_SYS(perf_event_open), SCMP_SYS(keyctl),           SCMP_SYS(add_key),
-                   SCMP_SYS(request_key),     SCMP_SYS(userfaultfd),      SCMP_SYS(io_uring_setup),
-                   SCMP_SYS(setsid),          SCMP_SYS(setpgid)})
-    rc |= seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), call, 0);
-  if (rc == 0)
-    rc = seccomp_load(ctx);
-  seccomp_release(ctx);
-  return rc;
-}
-
-void set_limit(int resource, rlim_t soft, rlim_t hard) {
-  rlimit r{soft, hard};
-  setrlimit(resource, &r);
-}
-
-struct child_plan {
-  const sandbox_request* request;
-  const sandbox_policy* policy;
-  std::string work_dir;
-  bool as_root;
-  uid_t uid;
-  gid_t gid;
-  int stdin_read, stdout_write, stderr_write, status_write;
-  int host_ends[4];  // the host's ends of the pipes: closed at once in the children
-};
-
-// Keeps only the status pipe (and, for the program's parent, its stdio ends).
-void close_except(std::initializer_list<int> keep, int limit = 1024) {
-  for (int fd = 3; fd < limit; ++fd)
-    if (std::find(keep.begin(), keep.end(), fd) == keep.end())
-      close(fd);
-}
-
-[[noreturn]] void run_program(const child_plan& plan, const char* cwd) {
-  auto& limits = plan.request->limits;
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  dup2(plan.stdin_read, 0);
-  dup2(plan.stdout_write, 1);
-  dup2(plan.stderr_write, 2);
-  int status_fd = fcntl(plan.status_write, F_DUPFD_CLOEXEC, 3);
-  for (int fd = 3; fd < 1024; ++fd)
-    if (fd != status_fd)
-      close(fd);
-  if (chdir(cwd) != 0) {
-    send_record(status_fd, exec_failed_record, errno, 0, "chdir");
-    _exit(127);
-  }
-  auto cpu = static_cast<rlim_t>(limits.cpu_s + 0.999);
-  set_limit(RLIMIT_CPU, cpu, cpu + 1);
-  set_limit(RLIMIT_AS, limits.memory_bytes, limits.memory_bytes);
-  set_limit(RLIMIT_FSIZE, limits.file_bytes, limits.file_bytes);
-  set_limit(RLIMIT_NOFILE, limits.open_files, limits.open_files);
-  set_limit(RLIMIT_CORE, 0, 0);
-  if (plan.as_root && plan.policy->drop_privileges) {
-    set_limit(RLIMIT_NPROC, limits.processes, limits.processes);
-    if (setgroups(0, nullptr) != 0 || setgid(plan.gid) != 0 || setuid(plan.uid) != 0) {
-      send_record(status_fd, exec_failed_record, errno, 0, "dropping privileges");
-      _exit(127);
-    }
-  }
-  prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
-  if (plan.policy->seccomp && install_seccomp(getpid()) != 0)
-    send_record(status_fd, note_record, 0, 0, "seccomp filter not applied: seccomp_load failed");
-  std::vector<char*> argv;
-  for (auto& a : plan.request->argv)
-    argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  std::string home = std::string{"HOME="} + cwd;
-  const char* env[] = {"PATH=/usr/local/bin:/usr/bin:/bin",
-                       "LANG=C.UTF-8",
-                       "PYTHONDONTWRITEBYTECODE=1",
-                       "PYTHONHASHSEED=0",
-                       "PYTHONIOENCODING=utf-8",
-                       home.c_str(),
-                       nullptr};
-  execve(argv[0], argv.data(), const_cast<char* const*>(env));
-  send_record(status_fd, exec_failed_record, errno, 0, "execve");
-  _exit(127);
-}
-
-// PID 1 of the namespace: starts the program, reaps everything, reports its status.
-[[noreturn]] void run_init(const child_plan& plan, const char* cwd) {
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  pid_t program = fork();
-  if (program == 0)
-    run_program(plan, cwd);
-  // Only the program keeps the stdio pipes, so the host sees end-of-file when it ends.
-  close_except({plan.status_write});
-  if (program < 0) {
-    send_record(plan.status_write, exec_failed_record, errno, 0, "fork");
-    _exit(127);
-  }
-  int status = 0;
-  rusage usage{};
-  while (wait4(program, &status, 0, &usage) < 0 && errno == EINTR) {
-  }
-  long cpu =
-      (usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1000000L + usage.ru_utime.tv_usec + usage.ru_stime.tv_usec;
-  send_record(plan.status_write, status_record, status, cpu, nullptr);
-  _exit(0);  // the kernel now kills whatever the program left in the namespace
-}
-
-[[noreturn]] void run_supervisor(const child_plan& plan) {
-  setpgid(0, 0);
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  for (int fd : plan.host_ends)
-    close(fd);
-  std::string cwd = plan.work_dir;
-  bool isolated = false;
-  if (plan.policy->namespaces) {
-    if (unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS) == 0) {
-      isolated = true;
-    } else {
-      note_errno(plan.status_write, "namespaces (mount, network, PID, IPC, UTS)");
-      if (unshare(CLONE_NEWNET) != 0)
-        note_errno(plan.status_write, "network namespace");
-    }
-  }
-  if (isolated) {
-    // Private copies of the world-writable directories; the work directory is
-    // bound into the private /tmp so that its path inside is the same for every run.
-    int work_fd = open(plan.work_dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
-    bool ok = work_fd >= 0 && mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0;
-    char size_option[64];
-    std::snprintf(size_option, sizeof(size_option), "size=%llu,mode=1777",
-                  static_cast<unsigned long long>(plan.request->limits.file_bytes * 4));
-    for (auto dir : {"/tmp", "/var/tmp", "/dev/shm"})
-      if (ok && access(dir, F_OK) == 0)
-        ok = mount("tmpfs", dir, "tmpfs", MS_NOSUID | MS_NODEV, size_option) == 0;
-    if (ok) {
-      std::string source = "/proc/self/fd/" + std::to_string(work_fd);
-      ok = mkdir("/tmp/work", 0700) == 0 && mount(source.c_str(), "/tmp/work", nullptr, MS_BIND, nullptr) == 0;
-      if (ok)
-        cwd = "/tmp/work";
-    }
-    if (!ok)
-      note_errno(plan.status_write, "private /tmp and work directory mount");
-  }
-  pid_t init = fork();
-  if (init == 0)
-    run_init(plan, cwd.c_str());
-  if (init < 0)
-    _exit(127);
-  close_except({plan.status_write});
-  int status = 0;
-  while (waitpid(init, &status, 0) < 0 && errno == EINTR) {
-  }
-  _exit(0);
-}
 
 void write_file(const std::filesystem::path& path, const std::string& content) {
   std::ofstream out(path, std::ios::binary);
@@ -292,19 +75,27 @@ sandbox_result run_sandboxed(const sandbox_request& request, const sandbox_polic
   if (request.argv.empty() || request.argv[0].empty() || request.argv[0][0] != '/')
     return fail("argv[0] must be the absolute path of the program");
 
-  child_plan plan{};
+  inside::child_plan plan{};
   plan.request = &request;
   plan.policy = &policy;
-  plan.as_root = geteuid() == 0;
-  if (plan.as_root && policy.drop_privileges) {
-    passwd* user = getpwnam(policy.user.c_str());
-    if (!user)
-      return fail("user \"" + policy.user + "\" does not exist; create it or set the sandbox user");
-    plan.uid = user->pw_uid;
-    plan.gid = user->pw_gid;
-  } else if (!plan.as_root) {
-    result.notes.push_back("privileges not dropped: not running as root");
+  plan.switch_users = geteuid() == 0 && policy.drop_privileges;
+  std::optional<uid_lease> lease;
+  if (plan.switch_users) {
+    std::string why;
+    lease = uid_lease::acquire(policy, why);
+    if (!lease)
+      return fail(why);
+    plan.uid = plan.gid = lease->program_uid();
+    plan.companion_uid = plan.companion_gid = lease->companion_uid();
+  } else {
+    plan.uid = plan.companion_uid = geteuid();
+    plan.gid = plan.companion_gid = getegid();
+    result.notes.push_back(geteuid() == 0 ? "privileges not dropped: drop_privileges is off"
+                                          : "privileges not dropped: not running as root");
   }
+  if (request.companion &&
+      (request.companion->argv.empty() || request.companion->argv[0].empty() || request.companion->argv[0][0] != '/'))
+    return fail("the companion's argv[0] must be the absolute path of its program");
 
   auto root =
       policy.work_root.empty() ? std::filesystem::temp_directory_path() : std::filesystem::path{policy.work_root};
@@ -312,19 +103,33 @@ sandbox_result run_sandboxed(const sandbox_request& request, const sandbox_polic
   if (!mkdtemp(pattern.data()))
     return fail("cannot create a work directory under " + root.string() + ": " + std::strerror(errno));
   plan.work_dir = pattern;
-  for (auto& [name, content] : request.files) {
-    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
-      return remove_tree(plan.work_dir), fail("file name \"" + name + "\" must be a plain name");
-    write_file(std::filesystem::path{plan.work_dir} / name, content);
-  }
-  if (plan.as_root && policy.drop_privileges) {
-    if (chown(plan.work_dir.c_str(), plan.uid, plan.gid) != 0)
-      return remove_tree(plan.work_dir), fail(std::string{"chown of the work directory: "} + std::strerror(errno));
-    for (auto& [name, content] : request.files) {
-      auto path = std::filesystem::path{plan.work_dir} / name;
-      (void)!chown(path.c_str(), plan.uid, plan.gid);
+  auto plain_name = [](const std::string& name) {
+    return !(name.empty() || name.find('/') != std::string::npos || name == "." || name == "..");
+  };
+  // The program owns the work directory; the companion owns peer/ inside it and cannot list the rest.
+  auto place = [&](const std::filesystem::path& dir, const std::vector<std::pair<std::string, std::string>>& files,
+                   uid_t uid, gid_t gid) -> std::optional<std::string> {
+    for (auto& [name, content] : files) {
+      if (!plain_name(name))
+        return "file name \"" + name + "\" must be a plain name";
+      write_file(dir / name, content);
+      if (plan.switch_users)
+        (void)!chown((dir / name).c_str(), uid, gid);
     }
+    if (plan.switch_users && chown(dir.c_str(), uid, gid) != 0)
+      return std::string{"chown of the work directory: "} + std::strerror(errno);
+    return std::nullopt;
+  };
+  auto problem = place(plan.work_dir, request.files, plan.uid, plan.gid);
+  if (!problem && request.companion) {
+    auto peer = std::filesystem::path{plan.work_dir} / "peer";
+    if (mkdir(peer.c_str(), 0700) != 0 || chmod(plan.work_dir.c_str(), 0711) != 0)
+      problem = std::string{"the companion's directory: "} + std::strerror(errno);
+    else
+      problem = place(peer, request.companion->files, plan.companion_uid, plan.companion_gid);
   }
+  if (problem)
+    return remove_tree(plan.work_dir), fail(*problem);
 
   int in_pipe[2], out_pipe[2], err_pipe[2], status_pipe[2];
   if (pipe2(in_pipe, O_CLOEXEC) != 0 || pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0 ||
@@ -342,7 +147,7 @@ sandbox_result run_sandboxed(const sandbox_request& request, const sandbox_polic
   auto start = std::chrono::steady_clock::now();
   pid_t supervisor = fork();
   if (supervisor == 0)
-    run_supervisor(plan);
+    inside::run_supervisor(plan);
   for (int fd : {in_pipe[0], out_pipe[1], err_pipe[1], status_pipe[1]})
     close(fd);
   if (supervisor < 0) {
@@ -435,6 +240,7 @@ sandbox_result run_sandboxed(const sandbox_request& request, const sandbox_polic
   int program_status = 0;
   int exec_errno = 0;
   std::string exec_what;
+  using namespace inside;
   for (size_t off = 0; off + sizeof(status_record_t) <= status_bytes.size(); off += sizeof(status_record_t)) {
     status_record_t r;
     std::memcpy(&r, status_bytes.data() + off, sizeof(r));

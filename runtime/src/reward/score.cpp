@@ -17,6 +17,8 @@ verification score_response(std::string_view response, const reward_task& task, 
       for (auto& c : task.io_cases)
         code.io_cases.push_back({c.input, c.expected_output});
       code.assertions = task.assertions;
+      code.test_setup = task.test_setup;
+      code.entry_points = task.entry_points;
       code.case_time_s = task.case_time_s;
       code.total_time_s = task.total_time_s;
       code.partial_credit = task.partial_credit;

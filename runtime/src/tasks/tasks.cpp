@@ -122,6 +122,14 @@ std::unique_ptr<task_source> jsonl_source(const std::string& path) {
       for (auto& c : t.value("io_cases", nlohmann::json::array()))
         item.task.io_cases.push_back({c.at("input").get<std::string>(), c.at("output").get<std::string>()});
       item.task.assertions = t.value("assertions", std::vector<std::string>{});
+      item.task.test_setup = t.value("test_setup", std::string{});
+      item.task.entry_points = t.value("entry_points", std::vector<std::string>{});
+      item.task.case_time_s = t.value("case_time_s", item.task.case_time_s);
+      item.task.total_time_s = t.value("total_time_s", item.task.total_time_s);
+      item.task.partial_credit = t.value("partial_credit", item.task.partial_credit);
+      if (!(item.task.case_time_s > 0 && item.task.case_time_s <= 3600 && item.task.total_time_s > 0 &&
+            item.task.total_time_s <= 3600))
+        throw std::invalid_argument("case_time_s and total_time_s must lie in (0, 3600] seconds");
       if (item.task.kind == task_kind::math && item.task.references.empty())
         throw std::invalid_argument("a math task needs \"references\"");
       items.push_back(std::move(item));
@@ -154,6 +162,15 @@ void write_jsonl(const std::string& path, const std::vector<task_item>& items) {
     }
     if (!item.task.assertions.empty())
       t["assertions"] = item.task.assertions;
+    if (!item.task.test_setup.empty())
+      t["test_setup"] = item.task.test_setup;
+    if (!item.task.entry_points.empty())
+      t["entry_points"] = item.task.entry_points;
+    if (item.task.kind == task_kind::code) {
+      t["case_time_s"] = item.task.case_time_s;
+      t["total_time_s"] = item.task.total_time_s;
+      t["partial_credit"] = item.task.partial_credit;
+    }
     nlohmann::json j = {{"prompt", item.prompt}, {"task", t}};
     if (!item.worked_solution.empty())
       j["solution"] = item.worked_solution;

@@ -105,11 +105,13 @@ struct io_case_record {
 /// A task a response is scored against (messages/reward.capnp).
 struct reward_task {
   task_kind kind = task_kind::math;
-  std::vector<std::string> references;   // math
-  std::vector<int64_t> numbers;          // countdown
-  int64_t target = 0;                    // countdown
-  std::vector<io_case_record> io_cases;  // code
-  std::vector<std::string> assertions;   // code
+  std::vector<std::string> references;    // math
+  std::vector<int64_t> numbers;           // countdown
+  int64_t target = 0;                     // countdown
+  std::vector<io_case_record> io_cases;   // code
+  std::vector<std::string> assertions;    // code
+  std::string test_setup;                 // code: trusted code run before the assertions
+  std::vector<std::string> entry_points;  // code: the program's names the assertions use
   float case_time_s = 5.0f;
   float total_time_s = 20.0f;
   bool partial_credit = false;

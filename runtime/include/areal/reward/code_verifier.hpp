@@ -2,13 +2,12 @@
 // against the task's tests. Two kinds of test, both allowed in one task:
 //   - stdin/stdout cases: the program reads the input and must print the
 //     expected output (trailing whitespace of lines and trailing blank lines ignored);
-//   - assertions: Python statements (e.g. "assert add(2, 3) == 5") run after the
-//     program's definitions, in one process, each reported separately.
+//   - assertions: Python statements (e.g. "assert add(2, 3) == 5"), each
+//     reported separately. They run in a trusted judge process, never in the
+//     program's: the program's functions are called across a pipe and their
+//     results come back as plain data (see code_harness.hpp), so no printed
+//     line, patched builtin, rigged __eq__ or early exit can pass a test.
 // All tests must pass for reward 1 (or the passed fraction with partial credit).
-//
-// A program can always inspect its own process, so the assertion harness is
-// not proof against a program that hunts for the harness's secrets; it does
-// stop a program from printing fake results.
 #pragma once
 
 #include <atomic>
@@ -30,6 +29,12 @@ struct io_case {
 struct code_task {
   std::vector<io_case> io_cases;
   std::vector<std::string> assertions;
+  // Trusted code the judge runs before the assertions (imports, helpers); its
+  // names are the task's own, not the program's.
+  std::string test_setup;
+  // The program's names the assertions may use (e.g. HumanEval's entry point);
+  // empty: every name the program defines that the setup does not.
+  std::vector<std::string> entry_points;
   double case_time_s = 5.0;    // wall-clock limit of one run
   double total_time_s = 20.0;  // all runs of one verification together
   bool partial_credit = false;

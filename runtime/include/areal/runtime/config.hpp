@@ -57,7 +57,8 @@ struct reward_spec {
   uint32_t queue_capacity = 64;
   double timeout_s = 30;
   std::string python = "/usr/bin/python3";
-  std::string sandbox_user = "nobody";
+  uint32_t sandbox_uid_base = 61000;
+  uint32_t sandbox_uid_slots = 64;
   uint64_t memory_mb = 1024;
   uint64_t output_kb = 1024;
   double math_relative_tolerance = 1e-4;

@@ -56,7 +56,8 @@ std::string running_sum_alphabet();
 
 /// One item per line: {"prompt": "...", "solution": "...", "task": {"kind": "math"|"countdown"|"code",
 /// "references": [...], "numbers": [...], "target": N, "io_cases": [{"input": .., "output": ..}],
-/// "assertions": [...]}}. Errors name the file and line.
+/// "assertions": [...], "test_setup": "...", "entry_points": [...], "case_time_s": s, "total_time_s": s,
+/// "partial_credit": bool}}. Errors name the file and line.
 std::unique_ptr<task_source> jsonl_source(const std::string& path);
 /// Writes items in that format.
 void write_jsonl(const std::string& path, const std::vector<task_item>& items);
