@@ -91,7 +91,7 @@ for path in glob.glob("/proc/[0-9]*/fd/1"):
 import gc, sys
 for obj in gc.get_objects():
     try:
-        if isinstance(obj, list) and obj and all(isinstance(x, str) for x in obj):
+        if isinstance(obj, list) and any(isinstance(x, str) and ("assert" in x or "check(" in x) for x in obj):
             obj[:] = ["pass"] * len(obj)
         elif isinstance(obj, dict) and any(k in obj for k in ("tests", "assertions", "test")):
             for k in ("tests", "assertions", "test"):
@@ -100,11 +100,8 @@ for obj in gc.get_objects():
         pass
 main = sys.modules.get("__main__")
 for name in dir(main):
-    if "test" in name.lower():
-        try:
-            setattr(main, name, [])
-        except Exception:
-            pass
+    if "test" in name.lower() and isinstance(getattr(main, name), list):
+        setattr(main, name, ["pass"] * len(getattr(main, name)))
 )PY");
      }},
     {"monkeypatched builtins and assert helpers",
@@ -115,6 +112,7 @@ import builtins, math, operator
 class Never(BaseException):
     pass
 builtins.AssertionError = Never
+builtins.exec = lambda *a, **k: None
 builtins.abs = lambda x: 0
 builtins.all = lambda x: True
 builtins.any = lambda x: True
