@@ -27,4 +27,5 @@ struct RewardTask {
   partialCredit @9 :Bool;
   testSetup @10 :Text;            # trusted code the judge runs before the assertions
   entryPoints @11 :List(Text);    # the program's names the assertions use; empty: all
+  lastNumberAnswer @12 :Bool;     # math: responses are bare numbers, the last one is the answer
 }

@@ -61,6 +61,7 @@ inline reward_task sample_task() {
   x.io_cases = {{"1 2\n", "3\n"}, {"", ""}};
   x.assertions = {"assert f(1) == 2"};
   x.test_setup = "import math";
+  x.last_number_answer = true;
   x.entry_points = {"f"};
   x.case_time_s = 2.5f;
   x.total_time_s = 9.0f;

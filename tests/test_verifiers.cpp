@@ -2,6 +2,10 @@
 // references (or numbers and target) and the verdict it must get.
 #include <doctest/doctest.h>
 
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
 #include "areal/reward/verifiers.hpp"
 
 using namespace areal;
@@ -26,7 +30,11 @@ TEST_CASE("math answers: extraction and normalization and comparison") {
       {"\\boxed{{7}}", {"7"}, verdict::correct},
       {"The answer is 17.", {"17"}, verdict::correct},
       {"Therefore, the answer is: 8. Done", {"8"}, verdict::correct},
-      {"After 3 steps we have 12 apples, then 15", {"15"}, verdict::correct},
+      {"After 3 steps we have 12 apples, then 15", {"15"}, verdict::no_answer},  // unmarked: see the fallback case
+      {"$\\frac13$", {"1/3"}, verdict::correct},                                 // nothing but one answer
+      {"x = 5", {"5"}, verdict::correct},
+      {"Answer $ 9 $", {"9"}, verdict::correct},
+      {"The final answer is $(0, 1)$. I hope it is correct.", {"(0,1)"}, verdict::correct},
       {"no digits here at all", {"3"}, verdict::no_answer},
       {"", {"3"}, verdict::no_answer},
       {"\\boxed 5", {"5"}, verdict::correct},
@@ -56,13 +64,16 @@ TEST_CASE("math answers: extraction and normalization and comparison") {
       {"\\boxed{0.5}", {"1/2"}, verdict::correct},
       {"\\boxed{3.14159}", {"3.1416"}, verdict::correct},
       {"\\boxed{3.2}", {"3.1416"}, verdict::wrong},
-      {"\\boxed{0.33333}", {"\\frac{1}{3}"}, verdict::correct},
+      {"\\boxed{0.33333}", {"\\frac{1}{3}"}, verdict::wrong},  // a fraction is compared exactly
       {"\\boxed{0.33}", {"\\frac{1}{3}"}, verdict::wrong},
       {"\\boxed{2.50}", {"2.5"}, verdict::correct},
       {"\\boxed{1e3}", {"1000"}, verdict::correct},
       // percent, degrees, units, trailing periods, assignments
-      {"\\boxed{50\\%}", {"50"}, verdict::correct},
-      {"The answer is 25%.", {"25"}, verdict::correct},
+      {"\\boxed{50\\%}", {"50\\%"}, verdict::correct},
+      {"\\boxed{50}", {"50\\%"}, verdict::correct},
+      {"The answer is 25 percent.", {"25\\%"}, verdict::correct},
+      {"\\boxed{50\\%}", {"0.5"}, verdict::correct},  // percent is /100 where the reference is no percent
+      {"\\boxed{5\\%}", {"5"}, verdict::wrong},
       {"\\boxed{90^\\circ}", {"90"}, verdict::correct},
       {"\\boxed{90^{\\circ}}", {"90"}, verdict::correct},
       {"\\boxed{12 \\text{ cm}}", {"12"}, verdict::correct},
@@ -87,6 +98,88 @@ TEST_CASE("math answers: extraction and normalization and comparison") {
     CHECK(v.reward == (row.expected == verdict::correct ? 1.0f : 0.0f));
   }
   CHECK(rows.size() >= 40);
+}
+
+TEST_CASE("math answers: the wrong answers the old verifier accepted are refused") {
+  const std::vector<math_row> rows = {
+      {"$\\frac{1+\\sqrt{5}}{2}$", {"2"}, verdict::wrong},  // not its denominator
+      {"\\boxed{32, 349}", {"32349"}, verdict::wrong},      // a list, not thousands
+      {"\\boxed{1, 234}", {"1234"}, verdict::wrong},
+      {"\\boxed{32,\\! 349}", {"32349"}, verdict::correct},  // thousands, marked as such
+      {"\\boxed{14{,}916}", {"14916"}, verdict::correct},
+      {"\\boxed{10456.0}", {"10455"}, verdict::wrong},  // an integer reference is compared exactly
+      {"\\boxed{10455.0}", {"10455"}, verdict::correct},
+      {"\\boxed{12 \\text{ or more}}", {"12"}, verdict::wrong},
+      {"\\boxed{y = 4}", {"x = 4"}, verdict::wrong},
+      {"\\boxed{x = 4}", {"x=4"}, verdict::correct},
+      {"\\boxed{4}", {"x = 4"}, verdict::correct},
+      {"\\boxed{125\\textnormal{ miles}}", {"125"}, verdict::correct},
+      {"\\boxed{\\textbf{7}}", {"7"}, verdict::correct},
+      {"\\boxed{(1/3)}", {"1/3"}, verdict::correct},
+      {"\\boxed{(-1)/2}", {"-1/2"}, verdict::correct},
+  };
+  for (auto& row : rows) {
+    auto v = verify_math(row.response, row.references);
+    INFO("response: " << std::string{row.response} << " | detail: " << v.detail);
+    CHECK(v.judged == row.expected);
+  }
+  // A digit inside a word is no answer, even with the last-number fallback on.
+  math_options fallback;
+  fallback.unmarked_fallback = true;
+  CHECK(verify_math("AZYUK2A", {"2"}, fallback).judged == verdict::wrong);  // a bare answer, and not 2
+  CHECK(verify_math("the code we found was AZYUK2A", {"2"}, fallback).judged == verdict::no_answer);
+  CHECK(verify_math("After 3 steps we have 12 apples, then 15", {"15"}, fallback).judged == verdict::correct);
+}
+
+TEST_CASE("math answers: structures, relations and expressions") {
+  const std::vector<math_row> rows = {
+      {"\\boxed{[0,1)}", {"[0,1)"}, verdict::correct},
+      {"\\boxed{[0,1)}", {"(0,1)"}, verdict::wrong},
+      {"\\boxed{\\{3, 1, 2\\}}", {"\\{1,2,3\\}"}, verdict::correct},
+      {"\\boxed{(1,2)}", {"(2,1)"}, verdict::wrong},
+      {"\\boxed{[-1, -\\tfrac12) \\cup (0, 1)}", {"(0,1) \\cup [-1,-\\frac{1}{2})"}, verdict::correct},
+      {"\\boxed{1 \\pm \\sqrt{19}}", {"1+\\sqrt{19}, 1-\\sqrt{19}"}, verdict::correct},
+      {"\\boxed{x \\geq 5}", {"5 \\leq x"}, verdict::correct},
+      {"\\boxed{x < 5}", {"x > 5"}, verdict::wrong},
+      {"\\boxed{-x > -1}", {"x < 1"}, verdict::correct},
+      {"\\boxed{x > -1}", {"x < 1"}, verdict::wrong},
+      {"\\boxed{y=-\\frac{1}{2}x+\\frac{3}{4}}", {"2x+4y-3=0"}, verdict::correct},
+      {"\\boxed{\\frac{x}{7}+\\frac{2}{7}}", {"\\frac{x+2}{7}"}, verdict::correct},
+      {"\\boxed{3\\sqrt{13}}", {"\\sqrt{117}"}, verdict::correct},
+      {"\\boxed{\\sec^2(y)}", {"\\tan^2(y)+1"}, verdict::correct},
+      {"\\boxed{\\frac94\\pi}", {"\\frac{9}{4}\\pi"}, verdict::correct},
+      {"\\boxed{2 \\sin b \\cos a}", {"2\\cos(a)\\sin(b)"}, verdict::correct},
+      {"\\boxed{2\\pi}", {"6.2832"}, verdict::correct},    // a decimal reference: within its tolerance
+      {"\\boxed{1.4142}", {"\\sqrt{2}"}, verdict::wrong},  // an exact reference: exactly
+      {"\\boxed{(a+5)(b+2)}", {"ab+2a+5b+10"}, verdict::correct},
+      {"\\boxed{f(y)}", {"f(x)"}, verdict::wrong},
+      {"\\boxed{\\begin{pmatrix}1 & 2 \\\\ 3 & 4\\end{pmatrix}}",
+       {"\\begin{bmatrix}1&2\\\\3&4\\end{bmatrix}"},
+       verdict::correct},
+      {"\\boxed{\\begin{pmatrix}1 & 2 \\\\ 3 & 5\\end{pmatrix}}",
+       {"\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}"},
+       verdict::wrong},
+      {"so \\boxed{1} and \\boxed{2}", {"1, 2"}, verdict::correct},
+      {"\\boxed{\\text{(C)}}", {"C"}, verdict::correct},
+      {"\\boxed{\\text{E}}", {"d"}, verdict::wrong},
+  };
+  for (auto& row : rows) {
+    auto v = verify_math(row.response, row.references);
+    INFO("response: " << std::string{row.response} << " | detail: " << v.detail);
+    CHECK(v.judged == row.expected);
+  }
+}
+
+TEST_CASE("math answers: hostile expressions end in a verdict") {
+  CHECK(verify_math("\\boxed{10^{10^{10}}}", {"1"}).judged == verdict::wrong);
+  CHECK(verify_math("\\boxed{2^{100000}}", {"1"}).judged == verdict::wrong);
+  std::string huge = "\\boxed{" + std::string(1 << 20, '(') + "1" + std::string(1 << 20, ')') + "}";
+  CHECK(verify_math(huge, {"1"}).judged != verdict::correct);
+  std::string long_sum = "\\boxed{";
+  for (int i = 0; i < 10000; ++i)
+    long_sum += "x+";
+  long_sum += "1}";
+  CHECK(verify_math(long_sum, {"1"}).judged == verdict::wrong);
 }
 
 TEST_CASE("math answers inside long responses are found at the end") {
@@ -170,4 +263,51 @@ TEST_CASE("rational arithmetic is exact and refuses overflow") {
   CHECK_FALSE(parse_rational("1.2.3"));
   auto big = *parse_rational("100000000000000000000000000000000000");  // 1e35
   CHECK_FALSE(big.multiply(big));
+}
+
+namespace {
+
+// A Math-Verify gold answer as this verifier's reference: its boxed answers, else the answer it is.
+std::string reference_of(const std::string& gold) {
+  auto answers = extract_math_answers(gold);
+  if (answers.empty())
+    return gold;
+  std::string joined;
+  for (auto& a : answers)
+    joined += (joined.empty() ? "" : ", ") + a;
+  return joined;
+}
+
+}  // namespace
+
+TEST_CASE("Math-Verify's own test cases: agreement, and no wrong answer accepted") {
+  // tests/data/math_verify_cases.jsonl: made by tests/data/import_math_verify.py from huggingface/Math-Verify.
+  std::ifstream in(std::string{AREAL_SOURCE_DIR} + "/tests/data/math_verify_cases.jsonl");
+  REQUIRE(in);
+  size_t cases = 0, agree = 0, false_positives = 0;
+  std::string line;
+  while (std::getline(in, line)) {
+    auto c = nlohmann::json::parse(line);
+    ++cases;
+    math_options options;
+    // Math-Verify reads unmarked answers (the last math, the last number): our fallback, off for RL by default.
+    options.unmarked_fallback = true;
+    auto reference = reference_of(c["gold"].get<std::string>());
+    auto v = verify_math(c["prediction"].get<std::string>(), {reference}, options);
+    bool accepted = v.judged == verdict::correct, expected = c["expected"].get<bool>();
+    if (accepted == expected) {
+      ++agree;
+      continue;
+    }
+    false_positives += accepted;
+    MESSAGE("disagreement (" << std::string{accepted ? "accepted" : "refused"} << ", Math-Verify "
+                             << std::string{expected ? "accepts" : "refuses"} << ") " << c["source"].get<std::string>()
+                             << ": gold " << c["gold"].dump().substr(0, 120) << " prediction "
+                             << c["prediction"].dump().substr(0, 160) << " | " << v.detail.substr(0, 200));
+  }
+  MESSAGE("Math-Verify suite: " << agree << "/" << cases << " cases agree ("
+                                << (100.0 * static_cast<double>(agree) / static_cast<double>(cases)) << "%), "
+                                << false_positives << " false positives");
+  CHECK(cases == 268);
+  CHECK(false_positives == 0);
 }

@@ -281,6 +281,7 @@ reward_pool_config make_reward_pool_config(const reward_spec& spec) {
   c.queue_capacity = spec.queue_capacity;
   c.timeout_s = spec.timeout_s;
   c.scoring.math.relative_tolerance = spec.math_relative_tolerance;
+  c.scoring.math.unmarked_fallback = spec.math_unmarked_fallback;
   c.scoring.countdown.use_all_numbers = spec.countdown_use_all_numbers;
   c.scoring.code.python = spec.python;
   c.scoring.code.policy.uid_base = spec.sandbox_uid_base;

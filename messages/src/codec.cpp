@@ -359,6 +359,7 @@ caf::expected<std::vector<char>> encode(const reward_task& x) {
   auto refs = root.initReferences(x.references.size());
   for (unsigned i = 0; i < x.references.size(); ++i)
     refs.set(i, x.references[i]);
+  root.setLastNumberAnswer(x.last_number_answer);
   fill(root.initNumbers(x.numbers.size()), x.numbers);
   root.setTarget(x.target);
   auto cases = root.initIoCases(x.io_cases.size());
@@ -388,6 +389,7 @@ caf::expected<reward_task> decode<reward_task>(const char* data, size_t size) {
         reward_task x;
         x.kind = static_cast<task_kind>(r.getKind());
         x.references = to_strings(r.getReferences());
+        x.last_number_answer = r.getLastNumberAnswer();
         x.numbers = to_vector<int64_t>(r.getNumbers());
         x.target = r.getTarget();
         for (auto c : r.getIoCases())

@@ -63,10 +63,10 @@ bool io_case_record::operator==(const io_case_record& o) const {
 }
 
 bool reward_task::operator==(const reward_task& o) const {
-  return std::tie(kind, references, numbers, target, io_cases, assertions, test_setup, entry_points, case_time_s,
-                  total_time_s, partial_credit) == std::tie(o.kind, o.references, o.numbers, o.target, o.io_cases,
-                                                            o.assertions, o.test_setup, o.entry_points, o.case_time_s,
-                                                            o.total_time_s, o.partial_credit);
+  return std::tie(kind, references, last_number_answer, numbers, target, io_cases, assertions, test_setup, entry_points,
+                  case_time_s, total_time_s, partial_credit) ==
+         std::tie(o.kind, o.references, o.last_number_answer, o.numbers, o.target, o.io_cases, o.assertions,
+                  o.test_setup, o.entry_points, o.case_time_s, o.total_time_s, o.partial_credit);
 }
 
 const char* to_string(task_kind x) {

@@ -212,7 +212,11 @@ std::vector<section> make_table() {
            in("output_kb", &c::reward, &reward_spec::output_kb, 1, 1048576,
               "stdout + stderr kept from a sandboxed program; writing more ends it"),
            in("math_relative_tolerance", &c::reward, &reward_spec::math_relative_tolerance, 0, 1,
-              "tolerance for math answers written as decimals"),
+              "relative tolerance for math answers whose reference is a decimal (integers and fractions: exact)"),
+           in("math_unmarked_fallback", &c::reward, &reward_spec::math_unmarked_fallback, -inf, inf,
+              "read a math response with no marked answer (\\boxed{}, \"the answer is\") by its last number; off: "
+              "such a response has no answer (tasks whose responses are bare numbers, like running sums, say so "
+              "themselves)"),
            in("countdown_use_all_numbers", &c::reward, &reward_spec::countdown_use_all_numbers, -inf, inf,
               "countdown answers must use every given number"),
        }});

@@ -6,8 +6,11 @@ namespace areal::reward {
 verification score_response(std::string_view response, const reward_task& task, const scoring_options& options,
                             const std::atomic<bool>* cancel) {
   switch (task.kind) {
-    case task_kind::math:
-      return verify_math(response, task.references, options.math);
+    case task_kind::math: {
+      auto math = options.math;
+      math.last_number_is_answer = task.last_number_answer;
+      return verify_math(response, task.references, math);
+    }
     case task_kind::countdown: {
       std::vector<long long> numbers(task.numbers.begin(), task.numbers.end());
       return verify_countdown(response, numbers, task.target, options.countdown);

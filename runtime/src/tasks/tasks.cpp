@@ -38,6 +38,7 @@ class running_sum_source : public task_source {
     }
     item.task.kind = task_kind::math;
     item.task.references = {std::to_string(sum)};
+    item.task.last_number_answer = true;  // the worked solution ends with the answer, unmarked
     ++position_;
     return item;
   }
@@ -117,6 +118,7 @@ std::unique_ptr<task_source> jsonl_source(const std::string& path) {
       auto& t = j.at("task");
       item.task.kind = parse_kind(t.value("kind", "math"), where);
       item.task.references = t.value("references", std::vector<std::string>{});
+      item.task.last_number_answer = t.value("last_number_answer", false);
       item.task.numbers = t.value("numbers", std::vector<int64_t>{});
       item.task.target = t.value("target", int64_t{0});
       for (auto& c : t.value("io_cases", nlohmann::json::array()))
@@ -151,6 +153,8 @@ void write_jsonl(const std::string& path, const std::vector<task_item>& items) {
     nlohmann::json t = {{"kind", to_string(item.task.kind)}};
     if (!item.task.references.empty())
       t["references"] = item.task.references;
+    if (item.task.last_number_answer)
+      t["last_number_answer"] = true;
     if (!item.task.numbers.empty()) {
       t["numbers"] = item.task.numbers;
       t["target"] = item.task.target;

@@ -106,6 +106,7 @@ struct io_case_record {
 struct reward_task {
   task_kind kind = task_kind::math;
   std::vector<std::string> references;    // math
+  bool last_number_answer = false;         // math: the response's last number is its answer (running sums)
   std::vector<int64_t> numbers;           // countdown
   int64_t target = 0;                     // countdown
   std::vector<io_case_record> io_cases;   // code

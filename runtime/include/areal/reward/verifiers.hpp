@@ -23,21 +23,37 @@ struct verification {
 
 // -- math -----------------------------------------------------------------------
 
-/// The final answer of a response: the last \boxed{...} (nested braces), else the
-/// text after the last "the answer is", else the last number. nullopt: none.
-std::optional<std::string> extract_math_answer(std::string_view response);
+/// The final answers of a response, in order: the last \boxed{...} (nested braces)
+/// with the boxed answers before it that the text joins to it as a list
+/// ("\boxed{1}, \boxed{2}", "\boxed{6} and \boxed{8}"),
+/// else the math or the sentence after the last "the answer is" / "answer:" (or
+/// "Answer" followed by math), else the whole response when it is nothing but
+/// one answer ("$\frac13$", "x = 5"), else, only with `unmarked_fallback`, the
+/// last math segment ($...$, \(...\), \[...\]) and then the last number that
+/// stands alone. With `last_number_is_answer` (tasks whose responses are bare
+/// numbers), the last number comes right after the marked answers. Empty: no answer.
+std::vector<std::string> extract_math_answers(std::string_view response, bool unmarked_fallback = false,
+                                              bool last_number_is_answer = false);
 
-/// Canonical text of an answer: LaTeX wrappers, spaces, thousands separators,
-/// percent signs, degree signs, trailing units and periods removed, \frac{a}{b} -> a/b.
+/// Canonical text of an answer: LaTeX spacing, wrappers (\text, \mathrm, ...),
+/// delimiters and degree signs removed; relations, sets, infinity and plus-minus
+/// spelled one way; "\frac{a}{b}" -> "(a)/(b)"; percent words -> "%";
+/// thousands separators joined where they are unambiguous; trailing units
+/// dropped unless words qualify the number ("12 or more").
 std::string normalize_math_answer(std::string_view answer);
 
 struct math_options {
-  double relative_tolerance = 1e-4;  // for answers written as decimals
+  double relative_tolerance = 1e-4;    // for references written as decimals only
+  bool unmarked_fallback = false;      // an unmarked response is read by its last math, else its last number
+  bool last_number_is_answer = false;  // the task's responses are bare numbers: the last one is the answer
 };
 
-/// Correct when the extracted answer equals any reference: exactly as rationals
-/// when both are integers or fractions, within the relative tolerance when either
-/// is written as a decimal, else as normalized text.
+/// Correct when an extracted answer means a reference (math_compare.hpp):
+/// integers and fractions exactly, decimals within the tolerance only when the
+/// reference is a decimal; percent as /100 unless the reference is a percent;
+/// tuples and intervals in order with their brackets, sets and lists in any
+/// order; equations and inequalities with their sides moved or scaled;
+/// expressions symbolically and numerically (GiNaC); otherwise as text.
 verification verify_math(std::string_view response, const std::vector<std::string>& references,
                          const math_options& options = {});
 

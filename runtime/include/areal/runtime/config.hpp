@@ -62,6 +62,7 @@ struct reward_spec {
   uint64_t memory_mb = 1024;
   uint64_t output_kb = 1024;
   double math_relative_tolerance = 1e-4;
+  bool math_unmarked_fallback = false;
   bool countdown_use_all_numbers = false;
 };
 
