@@ -1,5 +1,6 @@
-// bench_rewards: verifications per second per worker for math, countdown and
-// code (a trivial passing program), measured (1) on one thread calling the
+// bench_rewards: verifications per second per worker for math (a fraction, and
+// an expression that needs GiNaC), countdown and code (a trivial passing
+// program, and three assertions run by the judge), measured (1) on one thread calling the
 // verifier directly and (2) through the reward pool actor with 2 workers, and
 // the sandbox's overhead as a ratio over running the same program with plain
 // python3 (fork + exec + wait, no isolation), all in one run.
@@ -40,6 +41,9 @@ std::vector<workload> workloads() {
   reward_task math;
   math.kind = task_kind::math;
   math.references = {"\\frac{3}{4}", "0.75"};
+  reward_task expression;  // compared by GiNaC: neither side is a plain number
+  expression.kind = task_kind::math;
+  expression.references = {"\\frac{x+2}{7} + \\sqrt{12}"};
   reward_task countdown;
   countdown.kind = task_kind::countdown;
   countdown.numbers = {25, 50, 75, 100, 3, 6};
@@ -52,6 +56,7 @@ std::vector<workload> workloads() {
   assertions.assertions = {"assert square(3) == 9", "assert square(-2) == 4", "assert square(0) == 0"};
   std::string reasoning(2000, ' ');  // a response of typical length before its answer
   return {{"math", math, reasoning + "so the result is \\boxed{\\dfrac{3}{4}}."},
+          {"math (expression, GiNaC)", expression, reasoning + "so \\boxed{\\frac{x}{7}+\\frac{2}{7}+2\\sqrt{3}}."},
           {"countdown", countdown, reasoning + "<answer>((100 + 6) * 3 * 75 - 50) / 25</answer>"},
           {"code", code, reasoning + "```python\nn = int(input())\nprint(n * n)\n```"},
           {"code (3 assertions: judge + program)", assertions,
