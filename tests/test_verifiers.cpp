@@ -19,6 +19,16 @@ struct math_row {
   verdict expected;
 };
 
+// Each row's verdict (and reward: 1 for correct, else 0).
+void check_rows(const std::vector<math_row>& rows) {
+  for (auto& row : rows) {
+    auto v = verify_math(row.response, row.references);
+    INFO("response: " << std::string{row.response} << " | detail: " << v.detail);
+    CHECK(v.judged == row.expected);
+    CHECK(v.reward == (row.expected == verdict::correct ? 1.0f : 0.0f));
+  }
+}
+
 }  // namespace
 
 TEST_CASE("math answers: extraction and normalization and comparison") {
@@ -91,12 +101,7 @@ TEST_CASE("math answers: extraction and normalization and comparison") {
       // overflowing numbers compare approximately instead of crashing
       {"\\boxed{123456789012345678901234567890123456789012345}", {"1"}, verdict::wrong},
   };
-  for (auto& row : rows) {
-    auto v = verify_math(row.response, row.references);
-    INFO("response: " << std::string{row.response} << " | detail: " << v.detail);
-    CHECK(v.judged == row.expected);
-    CHECK(v.reward == (row.expected == verdict::correct ? 1.0f : 0.0f));
-  }
+  check_rows(rows);
   CHECK(rows.size() >= 40);
 }
 
@@ -118,11 +123,7 @@ TEST_CASE("math answers: the wrong answers the old verifier accepted are refused
       {"\\boxed{(1/3)}", {"1/3"}, verdict::correct},
       {"\\boxed{(-1)/2}", {"-1/2"}, verdict::correct},
   };
-  for (auto& row : rows) {
-    auto v = verify_math(row.response, row.references);
-    INFO("response: " << std::string{row.response} << " | detail: " << v.detail);
-    CHECK(v.judged == row.expected);
-  }
+  check_rows(rows);
   // A digit inside a word is no answer, even with the last-number fallback on.
   math_options fallback;
   fallback.unmarked_fallback = true;
@@ -163,11 +164,7 @@ TEST_CASE("math answers: structures, relations and expressions") {
       {"\\boxed{\\text{(C)}}", {"C"}, verdict::correct},
       {"\\boxed{\\text{E}}", {"d"}, verdict::wrong},
   };
-  for (auto& row : rows) {
-    auto v = verify_math(row.response, row.references);
-    INFO("response: " << std::string{row.response} << " | detail: " << v.detail);
-    CHECK(v.judged == row.expected);
-  }
+  check_rows(rows);
 }
 
 TEST_CASE("math answers: hostile expressions end in a verdict") {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <mutex>
 #include <set>
+#include <vector>
 
 namespace areal::reward::math {
 
@@ -316,6 +317,33 @@ std::mutex& ginac_mutex() {
   return m;
 }
 
+// Both sides read by one parser (so a name is one symbol on both), and three
+// sample points: distinct irrational-looking values per free symbol. nullopt:
+// the sides have different free symbols.
+struct sampled_pair {
+  GiNaC::ex x, y;
+  std::vector<GiNaC::exmap> points;
+};
+
+std::optional<sampled_pair> read_pair(const std::string& a, const std::string& b) {
+  GiNaC::parser parse;
+  sampled_pair p{parse(a), parse(b), {}};
+  auto symbols = symbols_of(p.x);
+  if (symbols != symbols_of(p.y))
+    return std::nullopt;
+  auto table = parse.get_syms();
+  for (double base : {0.5772156649015329, 1.3247179572447460, 2.2360679774997897}) {
+    GiNaC::exmap point;
+    double offset = 0;
+    for (auto& name : symbols) {
+      point[table.at(name)] = GiNaC::numeric(base + offset);
+      offset += 0.1370274;
+    }
+    p.points.push_back(point);
+  }
+  return p;
+}
+
 }  // namespace
 
 std::optional<std::string> ginac_syntax(std::string_view latex) {
@@ -332,28 +360,17 @@ std::optional<std::string> ginac_syntax(std::string_view latex) {
 std::optional<bool> expressions_equal(const std::string& a, const std::string& b, double relative_tolerance) {
   std::lock_guard<std::mutex> lock{ginac_mutex()};
   try {
-    GiNaC::parser parse;
-    GiNaC::ex x = parse(a);
-    GiNaC::ex y = parse(b);
-    auto symbols = symbols_of(x);
-    if (symbols != symbols_of(y))
+    auto pair = read_pair(a, b);
+    if (!pair)
       return false;
-    if (relative_tolerance <= 0 && (x - y).is_zero())
+    if (relative_tolerance <= 0 && (pair->x - pair->y).is_zero())
       return true;
     double limit = relative_tolerance > 0 ? relative_tolerance : 1e-12;
-    // Three sample points: distinct irrational-looking values per symbol.
-    const double bases[] = {0.5772156649015329, 1.3247179572447460, 2.2360679774997897};
     int compared = 0;
-    for (double base : bases) {
-      GiNaC::exmap point;
-      double offset = 0;
-      for (auto& name : symbols) {
-        point[parse.get_syms().at(name)] = GiNaC::numeric(base + offset);
-        offset += 0.1370274;
-      }
+    for (auto& point : pair->points) {
       try {
-        auto vx = value_at(x, point);
-        auto vy = value_at(y, point);
+        auto vx = value_at(pair->x, point);
+        auto vy = value_at(pair->y, point);
         if (!vx || !vy)
           return std::nullopt;
         double scale = std::max({1.0, GiNaC::abs(*vx).to_double(), GiNaC::abs(*vy).to_double()});
@@ -373,23 +390,13 @@ std::optional<bool> expressions_equal(const std::string& a, const std::string& b
 std::optional<double> constant_ratio(const std::string& a, const std::string& b) {
   std::lock_guard<std::mutex> lock{ginac_mutex()};
   try {
-    GiNaC::parser parse;
-    GiNaC::ex x = parse(a);
-    GiNaC::ex y = parse(b);
-    auto symbols = symbols_of(x);
-    if (symbols != symbols_of(y))
+    auto pair = read_pair(a, b);
+    if (!pair)
       return std::nullopt;
-    const double bases[] = {0.5772156649015329, 1.3247179572447460, 2.2360679774997897};
     std::optional<double> ratio;
-    for (double base : bases) {
-      GiNaC::exmap point;
-      double offset = 0;
-      for (auto& name : symbols) {
-        point[parse.get_syms().at(name)] = GiNaC::numeric(base + offset);
-        offset += 0.1370274;
-      }
-      auto vx = value_at(x, point);
-      auto vy = value_at(y, point);
+    for (auto& point : pair->points) {
+      auto vx = value_at(pair->x, point);
+      auto vy = value_at(pair->y, point);
       if (!vx || !vy || !vx->is_real() || !vy->is_real() || vy->is_zero())
         return std::nullopt;
       double r = (*vx / *vy).to_double();
