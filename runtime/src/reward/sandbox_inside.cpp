@@ -235,21 +235,41 @@ bool bind_read_only(const std::string& source, const std::string& target) {
 // inside: not its home or project directories, not other runs' directories.
 // On failure errno says why and `step` which step.
 bool enter_minimal_root(const child_plan& plan, int work_fd, const char*& step) {
-  step = "tmpfs root";
-  if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755") != 0)
-    return false;
-  const std::string root = "/tmp";
-  step = "system directories";
+  // The read-only directories are opened before the root's tmpfs covers /tmp,
+  // so that one under /tmp can still be bound (from its descriptor).
+  std::vector<std::pair<std::string, int>> read_only;
   for (auto& dir : plan.policy->read_only_dirs) {
     struct stat st {};
     if (dir.empty() || dir[0] != '/' || stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
       continue;
+    int fd = open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0)
+      read_only.emplace_back(dir, fd);
+  }
+  step = "tmpfs root";
+  if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755") != 0)
+    return false;
+  const std::string root = "/tmp";
+  step = "private /tmp and the work directory";
+  char size_option[64];
+  std::snprintf(size_option, sizeof(size_option), "size=%llu,mode=1777",
+                static_cast<unsigned long long>(plan.request->limits.file_bytes * 4));
+  if (mkdir((root + "/tmp").c_str(), 01777) != 0 ||
+      mount("tmpfs", (root + "/tmp").c_str(), "tmpfs", MS_NOSUID | MS_NODEV, size_option) != 0 ||
+      mkdir((root + "/tmp/work").c_str(), 0711) != 0)
+    return false;
+  std::string work_source = "/proc/self/fd/" + std::to_string(work_fd);
+  if (mount(work_source.c_str(), (root + "/tmp/work").c_str(), nullptr, MS_BIND, nullptr) != 0)
+    return false;
+  step = "system directories";
+  for (auto& [dir, fd] : read_only) {
     // Parents first, e.g. /opt for /opt/python.
     for (size_t slash = dir.find('/', 1); slash != std::string::npos; slash = dir.find('/', slash + 1))
       mkdir((root + dir.substr(0, slash)).c_str(), 0755);
-    if (mkdir((root + dir).c_str(), 0755) != 0 && errno != EEXIST)
-      return false;
-    if (!bind_read_only(dir, root + dir))
+    bool ok = (mkdir((root + dir).c_str(), 0755) == 0 || errno == EEXIST) &&
+              bind_read_only("/proc/self/fd/" + std::to_string(fd), root + dir);
+    close(fd);
+    if (!ok)
       return false;
   }
   for (auto top : {"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}) {
@@ -283,16 +303,7 @@ bool enter_minimal_root(const child_plan& plan, int work_fd, const char*& step) 
                               std::pair{"/dev/stdout", "/proc/self/fd/1"}, std::pair{"/dev/stderr", "/proc/self/fd/2"}})
     if (symlink(target, (root + link).c_str()) != 0)
       return false;
-  step = "private /tmp and the work directory";
-  char size_option[64];
-  std::snprintf(size_option, sizeof(size_option), "size=%llu,mode=1777",
-                static_cast<unsigned long long>(plan.request->limits.file_bytes * 4));
-  if (mkdir((root + "/proc").c_str(), 0555) != 0 || mkdir((root + "/tmp").c_str(), 01777) != 0 ||
-      mount("tmpfs", (root + "/tmp").c_str(), "tmpfs", MS_NOSUID | MS_NODEV, size_option) != 0 ||
-      mkdir((root + "/tmp/work").c_str(), 0711) != 0)
-    return false;
-  std::string work_source = "/proc/self/fd/" + std::to_string(work_fd);
-  if (mount(work_source.c_str(), (root + "/tmp/work").c_str(), nullptr, MS_BIND, nullptr) != 0)
+  if (mkdir((root + "/proc").c_str(), 0555) != 0)
     return false;
   step = "pivot_root";
   if (chdir(root.c_str()) != 0 || syscall(SYS_pivot_root, ".", ".") != 0 || umount2(".", MNT_DETACH) != 0 ||
