@@ -122,6 +122,9 @@ TEST_CASE("math answers: the wrong answers the old verifier accepted are refused
       {"\\boxed{\\textbf{7}}", {"7"}, verdict::correct},
       {"\\boxed{(1/3)}", {"1/3"}, verdict::correct},
       {"\\boxed{(-1)/2}", {"-1/2"}, verdict::correct},
+      {"\\boxed{1000,99}", {"1000.99"}, verdict::correct},  // a decimal comma: no thousands group
+      {"\\boxed{0,111}", {"0.111"}, verdict::correct},
+      {"\\boxed{1,234}", {"1.234"}, verdict::wrong},  // a thousands group
   };
   check_rows(rows);
   // A digit inside a word is no answer, even with the last-number fallback on.
@@ -130,6 +133,7 @@ TEST_CASE("math answers: the wrong answers the old verifier accepted are refused
   CHECK(verify_math("AZYUK2A", {"2"}, fallback).judged == verdict::wrong);  // a bare answer, and not 2
   CHECK(verify_math("the code we found was AZYUK2A", {"2"}, fallback).judged == verdict::no_answer);
   CHECK(verify_math("After 3 steps we have 12 apples, then 15", {"15"}, fallback).judged == verdict::correct);
+  CHECK(verify_math("so the number is 10 which is 1,000.99m", {"1000.99"}, fallback).judged == verdict::correct);
 }
 
 TEST_CASE("math answers: structures, relations and expressions") {

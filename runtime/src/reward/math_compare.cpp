@@ -417,6 +417,9 @@ bool equal(const node& a, const node& r, const comparison_options& o, std::strin
   }
   if (a.k == k::binding)
     return equal(a.items[0], r, o, why, depth + 1);
+  // An answer that ends its equation with a value ("1/2 = 10/9") against a value: that last value.
+  if (a.k == k::relation && a.text == "=" && r.k != k::relation && r.k != k::binding)
+    return equal(a.items[1], r, o, why, depth + 1);
   if (a.k == k::relation || r.k == k::relation)
     return a.k == r.k && relations_equal(a, r, o, why, depth);
   if (a.k == k::matrix || r.k == k::matrix) {

@@ -208,8 +208,8 @@ std::optional<std::string> last_number(std::string_view s) {
     while (i < s.size() && (is_number_char(s[i]) || ((s[i] == ',' || s[i] == '.' || s[i] == '/') && i + 1 < s.size() &&
                                                      is_number_char(s[i + 1]))))
       ++i;
-    bool in_word = (start > 0 && std::isalpha(static_cast<unsigned char>(s[start - 1]))) ||
-                   (i < s.size() && std::isalpha(static_cast<unsigned char>(s[i])));
+    // Inside a word ("AZYUK2A") when a letter comes before it; letters after it may be a unit ("1,000.99m").
+    bool in_word = start > 0 && std::isalpha(static_cast<unsigned char>(s[start - 1]));
     if (!in_word)
       last = std::string{s.substr(start, i - start)};
   }

@@ -117,6 +117,24 @@ std::string drop_thousands_separators(const std::string& s) {
   return out + s.substr(end);
 }
 
+// "1000,99", "1,22", "0,111": one comma that cannot separate thousands (two
+// digits after it, four or more, or a lone 0 before it) is a decimal comma.
+std::string decimal_comma(const std::string& s) {
+  auto comma = s.find(',');
+  if (comma == std::string::npos || s.find(',', comma + 1) != std::string::npos || s.find('.') != std::string::npos)
+    return s;
+  size_t start = !s.empty() && s[0] == '-' ? 1 : 0;
+  auto before = s.substr(start, comma - start), after = s.substr(comma + 1);
+  auto digits = [](const std::string& x) {
+    return !x.empty() && std::all_of(x.begin(), x.end(), [](char c) { return is_number_char(c); });
+  };
+  if (!digits(before) || !digits(after))
+    return s;
+  if (after.size() == 2 || after.size() >= 4 || before == "0")
+    return s.substr(0, comma) + "." + after;
+  return s;
+}
+
 // Number followed by words ("5 cm", "12 apples", "3 \text{dollars}" after unwrapping): keep the number.
 // Not when the words qualify it ("12 or more", "at least 5"): then it is no plain number.
 std::string drop_trailing_units(const std::string& s) {
@@ -221,7 +239,7 @@ std::string normalize_math_answer(std::string_view answer) {
     s.pop_back();
   s = drop_trailing_units(s);
   if (s.find(' ') == std::string::npos)
-    s = drop_thousands_separators(s);
+    s = drop_thousands_separators(decimal_comma(s));
   if (s.size() >= 2 && s.front() == '{' && s.back() == '}' && brace_group(s, 0) &&
       brace_group(s, 0)->second == s.size())
     s = trim(s.substr(1, s.size() - 2));
