@@ -222,6 +222,11 @@ struct launch {
   _exit(0);  // the kernel now kills whatever is left in the namespace, the companion included
 }
 
+// A private /tmp holds four times the largest file the program may write.
+std::string private_tmp_options(const child_plan& plan) {
+  return "size=" + std::to_string(plan.request->limits.file_bytes * 4) + ",mode=1777";
+}
+
 bool bind_read_only(const std::string& source, const std::string& target) {
   return mount(source.c_str(), target.c_str(), nullptr, MS_BIND | MS_REC, nullptr) == 0 &&
          mount(nullptr, target.c_str(), nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID, nullptr) == 0;
@@ -251,11 +256,9 @@ bool enter_minimal_root(const child_plan& plan, int work_fd, const char*& step) 
     return false;
   const std::string root = "/tmp";
   step = "private /tmp and the work directory";
-  char size_option[64];
-  std::snprintf(size_option, sizeof(size_option), "size=%llu,mode=1777",
-                static_cast<unsigned long long>(plan.request->limits.file_bytes * 4));
+  auto size_option = private_tmp_options(plan);
   if (mkdir((root + "/tmp").c_str(), 01777) != 0 ||
-      mount("tmpfs", (root + "/tmp").c_str(), "tmpfs", MS_NOSUID | MS_NODEV, size_option) != 0 ||
+      mount("tmpfs", (root + "/tmp").c_str(), "tmpfs", MS_NOSUID | MS_NODEV, size_option.c_str()) != 0 ||
       mkdir((root + "/tmp/work").c_str(), 0711) != 0)
     return false;
   std::string work_source = "/proc/self/fd/" + std::to_string(work_fd);
@@ -316,11 +319,9 @@ bool enter_minimal_root(const child_plan& plan, int work_fd, const char*& step) 
 // Without a root of its own (see above): private tmpfs over the host's
 // world-writable directories and the work directory bound at /tmp/work.
 bool enter_private_dirs(const child_plan& plan, int work_fd) {
-  char size_option[64];
-  std::snprintf(size_option, sizeof(size_option), "size=%llu,mode=1777",
-                static_cast<unsigned long long>(plan.request->limits.file_bytes * 4));
+  auto size_option = private_tmp_options(plan);
   for (auto dir : {"/tmp", "/var/tmp", "/run/lock", "/dev/shm"})
-    if (access(dir, F_OK) == 0 && mount("tmpfs", dir, "tmpfs", MS_NOSUID | MS_NODEV, size_option) != 0)
+    if (access(dir, F_OK) == 0 && mount("tmpfs", dir, "tmpfs", MS_NOSUID | MS_NODEV, size_option.c_str()) != 0)
       return false;
   std::string source = "/proc/self/fd/" + std::to_string(work_fd);
   return mkdir("/tmp/work", 0711) == 0 && mount(source.c_str(), "/tmp/work", nullptr, MS_BIND, nullptr) == 0;
