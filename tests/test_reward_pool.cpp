@@ -201,7 +201,8 @@ TEST_CASE("a full queue refuses work and loses nothing") {
 TEST_CASE("the [reward] section configures the pool") {
   auto r = parse_config(
       "[reward]\nworkers = 4\nqueue_capacity = 9\ntimeout_s = 2\nmemory_mb = 64\n"
-      "countdown_use_all_numbers = true\n[[nodes]]\nname = \"a\"\nroles = [\"controller\", \"trainer\"]\n",
+      "countdown_use_all_numbers = true\nmath_unmarked_fallback = true\nmath_chain_answers_interval = true\n"
+      "[[nodes]]\nname = \"a\"\nroles = [\"controller\", \"trainer\"]\n",
       "r.toml");
   REQUIRE(r.config);
   auto c = make_reward_pool_config(r.config->reward);
@@ -210,6 +211,8 @@ TEST_CASE("the [reward] section configures the pool") {
   CHECK(c.timeout_s == 2.0);
   CHECK(c.scoring.code.limits.memory_bytes == (64u << 20));
   CHECK(c.scoring.countdown.use_all_numbers);
+  CHECK(c.scoring.math.unmarked_fallback);
+  CHECK(c.scoring.math.chain_answers_interval);
   CHECK(c.scoring.code.python == "/usr/bin/python3");
   auto bad =
       parse_config("[reward]\nworkers = 0\n[[nodes]]\nname = \"a\"\nroles = [\"controller\", \"trainer\"]\n", "r.toml");

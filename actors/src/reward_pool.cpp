@@ -282,6 +282,7 @@ reward_pool_config make_reward_pool_config(const reward_spec& spec) {
   c.timeout_s = spec.timeout_s;
   c.scoring.math.relative_tolerance = spec.math_relative_tolerance;
   c.scoring.math.unmarked_fallback = spec.math_unmarked_fallback;
+  c.scoring.math.chain_answers_interval = spec.math_chain_answers_interval;
   c.scoring.countdown.use_all_numbers = spec.countdown_use_all_numbers;
   c.scoring.code.python = spec.python;
   c.scoring.code.policy.uid_base = spec.sandbox_uid_base;

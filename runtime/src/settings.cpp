@@ -214,9 +214,13 @@ std::vector<section> make_table() {
            in("math_relative_tolerance", &c::reward, &reward_spec::math_relative_tolerance, 0, 1,
               "relative tolerance for math answers whose reference is a decimal (integers and fractions: exact)"),
            in("math_unmarked_fallback", &c::reward, &reward_spec::math_unmarked_fallback, -inf, inf,
-              "read a math response with no marked answer (\\boxed{}, \"the answer is\") by its last number; off: "
+              "read a math response with no marked answer (\\boxed{}, \"the answer is\") by its last math, or a "
+              "number standing after it; off: "
               "such a response has no answer (tasks whose responses are bare numbers, like running sums, say so "
               "themselves)"),
+           in("math_chain_answers_interval", &c::reward, &reward_spec::math_chain_answers_interval, -inf, inf,
+              "accept an answer written as a chain of inequalities (-2 <= x <= 7) for a reference interval "
+              "(x in [-2, 7]); the interval always answers the chain (off: Math-Verify's default)"),
            in("countdown_use_all_numbers", &c::reward, &reward_spec::countdown_use_all_numbers, -inf, inf,
               "countdown answers must use every given number"),
        }});

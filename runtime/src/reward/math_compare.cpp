@@ -10,6 +10,7 @@
 
 #include "areal/reward/rational.hpp"
 #include "math_expression.hpp"
+#include "math_structure.hpp"
 #include "text.hpp"
 
 namespace areal::reward::math {
@@ -17,230 +18,6 @@ namespace areal::reward::math {
 namespace {
 
 using text::trim;
-
-// The normalized text's set braces (from "\{" and "\}").
-const std::string set_open = "\xe2\xa6\x83", set_close = "\xe2\xa6\x84";
-
-struct node {
-  enum class kind { scalar, ordered, unordered, matrix, relation, binding } k = kind::scalar;
-  std::string text;          // scalar: the answer; relation: "=", "<", "≤" or "≠"; binding: the name
-  char open = 0, close = 0;  // ordered: its brackets
-  std::vector<node> items;   // elements; rows of a matrix; a relation's sides; a binding's value
-};
-
-bool opener(std::string_view s, size_t i) {
-  return s[i] == '(' || s[i] == '[' || s[i] == '{' || s.compare(i, set_open.size(), set_open) == 0;
-}
-bool closer(std::string_view s, size_t i) {
-  return s[i] == ')' || s[i] == ']' || s[i] == '}' || s.compare(i, set_close.size(), set_close) == 0;
-}
-
-// Splits at top-level occurrences of any of `separators` (outside every bracket).
-std::vector<std::string> split_top(const std::string& s, const std::vector<std::string>& separators) {
-  std::vector<std::string> parts;
-  int depth = 0;
-  size_t start = 0;
-  for (size_t i = 0; i < s.size();) {
-    if (opener(s, i)) {
-      ++depth;
-    } else if (closer(s, i)) {
-      --depth;
-    } else if (depth == 0) {
-      bool split = false;
-      for (auto& sep : separators)
-        if (s.compare(i, sep.size(), sep) == 0) {
-          parts.push_back(s.substr(start, i - start));
-          i += sep.size();
-          start = i;
-          split = true;
-          break;
-        }
-      if (split)
-        continue;
-    }
-    i += (static_cast<unsigned char>(s[i]) >= 0xe0) ? 3 : 1;  // the set braces are three bytes
-  }
-  parts.push_back(s.substr(start));
-  return parts;
-}
-
-// Where the bracket opening at s[0] closes, or npos.
-size_t matching_close(const std::string& s) {
-  int depth = 0;
-  for (size_t i = 0; i < s.size();) {
-    if (opener(s, i))
-      ++depth;
-    else if (closer(s, i) && --depth == 0)
-      return i;
-    i += (static_cast<unsigned char>(s[i]) >= 0xe0) ? 3 : 1;
-  }
-  return std::string::npos;
-}
-
-// A name a value is bound to: "x", "a_3", "f(x)", "|AB|", "A:B", "S_{MBCN}:S", "(NO)/(BO)".
-bool is_name(const std::string& s) {
-  if (s.empty() || s.size() > 24 || (!std::isalpha(static_cast<unsigned char>(s[0])) && s[0] != '|' && s[0] != '('))
-    return false;
-  int depth = 0;
-  bool letter = false;
-  for (char c : s) {
-    if (c == '(' || c == '{')
-      ++depth;
-    else if (c == ')' || c == '}')
-      --depth;
-    else if (depth == 0 && (c == '+' || c == '-' || c == '*' || c == '^' || c == ' ' || c == '\\'))
-      return false;
-    else if (depth == 0 && std::isdigit(static_cast<unsigned char>(c)) && !letter)
-      return false;
-    letter = letter || std::isalpha(static_cast<unsigned char>(c));
-  }
-  return letter;
-}
-
-node scalar(std::string s) {
-  node n;
-  n.text = trim(s);
-  return n;
-}
-
-node parse(std::string s, int depth, bool reference);
-
-node list_of(const std::vector<std::string>& parts, int depth, node::kind k, bool reference) {
-  node n;
-  n.k = k;
-  for (auto& p : parts)
-    if (!trim(p).empty())  // "19, 46, and 82": the comma and the "and" are one separator
-      n.items.push_back(parse(p, depth + 1, reference));
-  return n;
-}
-
-node parse_matrix(const std::string& s, int depth, bool reference) {
-  auto name_end = s.find('}');
-  auto name = s.substr(7, name_end - 7);
-  auto end = s.rfind("\\end{" + name + "}");
-  std::string body = s.substr(name_end + 1, end == std::string::npos ? std::string::npos : end - name_end - 1);
-  if (name == "array" && !body.empty() && body[0] == '{')  // the column spec
-    body = body.substr(std::min(body.size(), body.find('}') + 1));
-  node m;
-  m.k = node::kind::matrix;
-  for (auto& row : split_top(body, {"\\\\"})) {
-    if (trim(row).empty())
-      continue;
-    m.items.push_back(list_of(split_top(row, {"&"}), depth, node::kind::ordered, reference));
-  }
-  return m;
-}
-
-// `reference`: a chain "a < x ≤ b" is read as the interval (a, b] in a reference only
-// (Math-Verify's convention: an interval answers the inequality, not the other way).
-node parse(std::string s, int depth, bool reference) {
-  s = trim(s);
-  while (!s.empty() && (s.back() == '.' || s.back() == ' '))
-    s.pop_back();
-  if (depth > 8 || s.size() > 4000)
-    return scalar(s);
-  if (s.rfind("\\begin{", 0) == 0 && s.find('}') != std::string::npos)
-    return parse_matrix(s, depth, reference);
-  // "x ∈ S": the set.
-  if (auto in = split_top(s, {"\xe2\x88\x88"}); in.size() == 2)
-    return parse(in[1], depth + 1, reference);
-  if (auto parts = split_top(s, {",", ";", " and ", " or "}); parts.size() > 1) {
-    auto n = list_of(parts, depth, node::kind::unordered, reference);
-    if (n.items.size() == 1)
-      return n.items[0];
-    return n;
-  }
-  if (auto parts = split_top(s, {"\xe2\x88\xaa"}); parts.size() > 1)  // ∪
-    return list_of(parts, depth, node::kind::unordered, reference);
-  if (auto parts = split_top(s, {"\xc2\xb1"}); parts.size() == 2) {  // a ± b
-    auto a = trim(parts[0]), b = trim(parts[1]);
-    auto plus = a.empty() ? b : a + "+" + b, minus = a.empty() ? "-(" + b + ")" : a + "-(" + b + ")";
-    return list_of({plus, minus}, depth, node::kind::unordered, reference);
-  }
-  // Relations: "≈" and what follows it are not the answer.
-  auto approx = split_top(s, {"\xe2\x89\x88"});
-  if (approx.size() > 1)
-    s = split_top(approx[0], {"="}).size() == 1 && is_name(trim(approx[0])) ? trim(approx[0]) + "=" + approx[1]
-                                                                            : trim(approx[0]);
-  auto equals = split_top(s, {"="});
-  if (equals.size() > 1) {
-    for (auto& p : equals)
-      p = trim(p);
-    auto& last = equals.back();
-    auto& before = equals[equals.size() - 2];
-    node n;
-    if (is_name(before) || is_name(equals.front())) {
-      n.k = node::kind::binding;
-      n.text = is_name(before) ? before : equals.front();
-      n.text.erase(std::remove(n.text.begin(), n.text.end(), ' '), n.text.end());
-      n.items.push_back(parse(last, depth + 1, reference));
-    } else {
-      n.k = node::kind::relation;
-      n.text = "=";
-      n.items = {parse(equals.front(), depth + 1, reference), parse(last, depth + 1, reference)};
-    }
-    return n;
-  }
-  for (auto [op, flipped, canonical] :
-       {std::tuple{"\xe2\x89\xa4", false, "\xe2\x89\xa4"}, std::tuple{"\xe2\x89\xa5", true, "\xe2\x89\xa4"},
-        std::tuple{"\xe2\x89\xa0", false, "\xe2\x89\xa0"}, std::tuple{"<", false, "<"}, std::tuple{">", true, "<"}}) {
-    auto sides = split_top(s, {op});
-    if (sides.size() == 2) {
-      node n;
-      n.k = node::kind::relation;
-      n.text = canonical;
-      n.items = {parse(sides[flipped ? 1 : 0], depth + 1, reference),
-                 parse(sides[flipped ? 0 : 1], depth + 1, reference)};
-      return n;
-    }
-    if (sides.size() > 2)
-      break;
-  }
-  // "a < x ≤ b": the interval of x, (a, b].
-  {
-    std::vector<std::string> parts;
-    std::vector<bool> strict;
-    size_t start = 0;
-    for (size_t i = 0; i < s.size();) {
-      bool lt = s[i] == '<', le = s.compare(i, 3, "\xe2\x89\xa4") == 0;
-      if (lt || le) {
-        parts.push_back(trim(s.substr(start, i - start)));
-        strict.push_back(lt);
-        i += lt ? 1 : 3;
-        start = i;
-      } else {
-        ++i;
-      }
-    }
-    parts.push_back(trim(s.substr(start)));
-    if (reference && parts.size() == 3 && is_name(parts[1])) {
-      auto n = list_of({parts[0], parts[2]}, depth, node::kind::ordered, reference);
-      n.open = strict[0] ? '(' : '[';
-      n.close = strict[1] ? ')' : ']';
-      return n;
-    }
-    if (parts.size() > 2)
-      return scalar(s);  // another chain: compared as written
-  }
-  // Brackets around the whole answer.
-  auto close = s.empty() || !opener(s, 0) ? std::string::npos : matching_close(s);
-  size_t close_len = close != std::string::npos && s.compare(close, set_close.size(), set_close) == 0 ? 3 : 1;
-  if (close != std::string::npos && close + close_len == s.size()) {
-    bool is_set = s[0] == '{' || s.compare(0, set_open.size(), set_open) == 0;
-    size_t open_len = s.compare(0, set_open.size(), set_open) == 0 ? 3 : 1;
-    auto inner = s.substr(open_len, close - open_len);
-    auto parts = split_top(inner, {",", ";"});
-    if (parts.size() == 1)
-      return parse(inner, depth + 1, reference);
-    if (is_set)
-      return list_of(parts, depth, node::kind::unordered, reference);
-    auto n = list_of(parts, depth, node::kind::ordered, reference);
-    n.open = s[0];
-    n.close = s[close];
-    return n;
-  }
-  return scalar(s);
-}
 
 // -- scalars ----------------------------------------------------------------------
 
@@ -393,6 +170,76 @@ bool relations_equal(const node& a, const node& r, const comparison_options& o, 
   return a.text == "=" || a.text == "\xe2\x89\xa0" || *ratio > 0;
 }
 
+// "a < x ≤ b" as the interval of x, (a, b]; nothing when the middle term is no name (or is |x|).
+std::optional<node> chain_interval(const node& chain) {
+  if (chain.items.size() != 3 || chain.items[1].k != node::kind::scalar || !is_name(chain.items[1].text) ||
+      chain.items[1].text[0] == '|')
+    return std::nullopt;
+  node n;
+  n.k = node::kind::ordered;
+  n.items = {chain.items[0], chain.items[2]};
+  n.open = chain.text[0] == 's' ? '(' : '[';
+  n.close = chain.text[1] == 's' ? ')' : ']';
+  return n;
+}
+
+// "a ≤ |x| ≤ b" with a > 0 as the union of x's two intervals, [-b, -a] ∪ [a, b].
+std::optional<node> absolute_chain_union(const node& chain) {
+  if (chain.items.size() != 3 || chain.items[1].k != node::kind::scalar || chain.items[0].k != node::kind::scalar ||
+      chain.items[2].k != node::kind::scalar)
+    return std::nullopt;
+  auto& middle = chain.items[1].text;
+  if (middle.size() < 3 || middle.front() != '|' || middle.back() != '|' ||
+      !is_name(trim(middle.substr(1, middle.size() - 2))))
+    return std::nullopt;
+  bool decimal = false;
+  auto low = plain_number(chain.items[0].text, decimal);
+  if (!low || low->approx() <= 0)
+    return std::nullopt;
+  auto interval = [](std::string lo, std::string hi, char open, char close) {
+    node n;
+    n.k = node::kind::ordered;
+    n.items = {scalar(lo), scalar(hi)};
+    n.open = open;
+    n.close = close;
+    return n;
+  };
+  char inner = chain.text[0] == 's' ? 's' : 'n', outer = chain.text[1] == 's' ? 's' : 'n';
+  auto& a = chain.items[0].text;
+  auto& b = chain.items[2].text;
+  node u;
+  u.k = node::kind::unordered;
+  u.items = {interval("-(" + b + ")", "-(" + a + ")", outer == 's' ? '(' : '[', inner == 's' ? ')' : ']'),
+             interval(a, b, inner == 's' ? '(' : '[', outer == 's' ? ')' : ']')};
+  return u;
+}
+
+// Chains: term by term; a reference chain "a < x ≤ b" is also answered by its interval, and
+// "a ≤ |x| ≤ b" by its union; an answer chain answers a reference interval only when allowed.
+bool chains_equal(const node& a, const node& r, const comparison_options& o, std::string& why, int depth) {
+  using k = node::kind;
+  if (a.k == k::chain && r.k == k::chain) {
+    if (a.text != r.text || a.items.size() != r.items.size())
+      return false;
+    for (size_t i = 0; i < a.items.size(); ++i)
+      if (!equal(a.items[i], r.items[i], o, why, depth + 1))
+        return false;
+    why = "the same chain";
+    return true;
+  }
+  if (r.k == k::chain) {
+    if (auto interval = chain_interval(r))
+      return equal(a, *interval, o, why, depth + 1);
+    if (auto u = absolute_chain_union(r))
+      return equal(a, *u, o, why, depth + 1);
+    return false;
+  }
+  if (o.chain_answers_interval)
+    if (auto interval = chain_interval(a))
+      return equal(*interval, r, o, why, depth + 1);
+  return false;
+}
+
 bool equal(const node& a, const node& r, const comparison_options& o, std::string& why, int depth) {
   using k = node::kind;
   if (depth > 16)
@@ -417,6 +264,8 @@ bool equal(const node& a, const node& r, const comparison_options& o, std::strin
   }
   if (a.k == k::binding)
     return equal(a.items[0], r, o, why, depth + 1);
+  if (a.k == k::chain || r.k == k::chain)
+    return chains_equal(a, r, o, why, depth);
   // An answer that ends its equation with a value ("1/2 = 10/9") against a value: that last value.
   if (a.k == k::relation && a.text == "=" && r.k != k::relation && r.k != k::binding)
     return equal(a.items[1], r, o, why, depth + 1);
@@ -447,7 +296,7 @@ bool equal(const node& a, const node& r, const comparison_options& o, std::strin
 
 bool equivalent(const std::string& answer, const std::string& reference, const comparison_options& options,
                 std::string& why) {
-  return equal(parse(answer, 0, false), parse(reference, 0, true), options, why);
+  return equal(parse_structure(answer, 0), parse_structure(reference, 0), options, why);
 }
 
 }  // namespace areal::reward::math

@@ -11,6 +11,9 @@ namespace areal::reward::math {
 
 struct comparison_options {
   double relative_tolerance = 1e-4;  // for decimal references only
+  // An answer written as a chain of inequalities ("-2 ≤ x ≤ 7") answers a reference interval
+  // ("x ∈ [-2, 7]"); the reverse always holds.
+  bool chain_answers_interval = false;
 };
 
 /// Whether `answer` means `reference`; both are normalized answers

@@ -22,6 +22,18 @@ using text::brace_group;
 using text::is_number_char;
 using text::lowercase;
 
+// "%" when the text right after a boxed answer says it is a percentage ("$\boxed{20}$ percent").
+std::string percent_after(std::string_view after) {
+  auto lower = lowercase(std::string{after.substr(0, 16)});
+  auto at = lower.find_first_not_of(" $");
+  if (at == std::string::npos)
+    return "";
+  for (auto word : {"percent", "\\%", "%"})
+    if (lower.compare(at, std::string_view{word}.size(), word) == 0)
+      return "%";
+  return "";
+}
+
 // One \boxed{...} (or \fbox{...}) of a response: its content and where it starts and ends.
 struct boxed_answer {
   size_t start, end;
@@ -39,7 +51,7 @@ std::vector<boxed_answer> boxed_answers(std::string_view s) {
       if (auto group = brace_group(s, at)) {
         auto content = trim(group->first);
         if (!content.empty())
-          found.push_back({pos, group->second, content});
+          found.push_back({pos, group->second, content + percent_after(s.substr(group->second))});
       } else if (at < s.size() && at > pos + command.size()) {  // "\boxed 5"
         auto end = s.find_first_of(" $\n", at);
         end = end == std::string_view::npos ? s.size() : end;
@@ -94,6 +106,12 @@ std::optional<std::string> bare_answer(std::string_view response) {
   auto s = trim(response);
   if (s.empty() || s.size() > 200)
     return std::nullopt;
+  // An unclosed "$" ("Soucis : 2,74 $ a..") is no well-formed answer.
+  size_t dollars = 0;
+  for (size_t i = 0; i < s.size(); ++i)
+    dollars += s[i] == '$' && (i == 0 || s[i - 1] != '\\');
+  if (dollars % 2 != 0)
+    return std::nullopt;
   if (auto math = leading_math(s)) {
     auto after = trim(std::string_view{s}.substr(std::min(s.size(), s.find(*math) + math->size())));
     if (after.size() <= 2)  // the closing delimiter and perhaps a period
@@ -121,7 +139,13 @@ std::optional<std::string> bare_answer(std::string_view response) {
   return s;
 }
 
-std::optional<std::string> last_number(std::string_view s);
+// A piece of the text found by a scan, and where it ends.
+struct found_text {
+  std::string text;
+  size_t end;
+};
+
+std::optional<found_text> last_number(std::string_view s);
 
 // The math or the sentence after the last "answer is" or "answer:" (case-insensitive).
 std::optional<std::string> after_answer_marker(std::string_view s) {
@@ -167,14 +191,14 @@ std::optional<std::string> after_answer_marker(std::string_view s) {
         ++numbers;
     if (numbers == 1)
       if (auto number = last_number(answer))
-        return number;
+        return number->text;
   }
   return answer.empty() ? std::nullopt : std::optional<std::string>{answer};
 }
 
 // The last math segment of the text ($...$, $$...$$, \(...\), \[...\]), not empty.
-std::optional<std::string> last_math(std::string_view s) {
-  std::optional<std::string> last;
+std::optional<found_text> last_math(std::string_view s) {
+  std::optional<found_text> last;
   for (size_t i = 0; i < s.size(); ++i) {
     if (s[i] != '$' && !(s[i] == '\\' && i + 1 < s.size() && (s[i + 1] == '(' || s[i + 1] == '[')))
       continue;
@@ -183,20 +207,20 @@ std::optional<std::string> last_math(std::string_view s) {
     auto math = leading_math(s.substr(i));
     if (!math)
       continue;
-    if (!math->empty())
-      last = math;
     // Past the segment: find its closing delimiter after the content.
     auto close = s.find(*math, i);
     i = close == std::string_view::npos ? i : close + math->size();
     while (i + 1 < s.size() && (s[i + 1] == '$' || s[i + 1] == ')' || s[i + 1] == ']' || s[i + 1] == '\\'))
       ++i;
+    if (!math->empty())
+      last = found_text{*math, i + 1};
   }
   return last;
 }
 
 // The last number of the text that stands alone (not inside a word such as "AZYUK2A").
-std::optional<std::string> last_number(std::string_view s) {
-  std::optional<std::string> last;
+std::optional<found_text> last_number(std::string_view s) {
+  std::optional<found_text> last;
   for (size_t i = 0; i < s.size();) {
     if (!is_number_char(s[i])) {
       ++i;
@@ -211,7 +235,7 @@ std::optional<std::string> last_number(std::string_view s) {
     // Inside a word ("AZYUK2A") when a letter comes before it; letters after it may be a unit ("1,000.99m").
     bool in_word = start > 0 && std::isalpha(static_cast<unsigned char>(s[start - 1]));
     if (!in_word)
-      last = std::string{s.substr(start, i - start)};
+      last = found_text{std::string{s.substr(start, i - start)}, i};
   }
   return last;
 }
@@ -226,6 +250,12 @@ std::vector<std::string> extract_math_answers(std::string_view full, bool unmark
     size_t first = boxed.size() - 1;
     while (first > 0 && joins(s.substr(boxed[first - 1].end, boxed[first].start - boxed[first - 1].end)))
       --first;
+    // "Final Answer: The final answer is $10,455$" after the boxes: the response's last word on it.
+    auto after = s.substr(boxed.back().end);
+    constexpr std::string_view final_marker = "final answer is";
+    if (auto at = lowercase(std::string{after}).rfind(final_marker); at != std::string::npos)
+      if (auto math = leading_math(trim(after.substr(at + final_marker.size()))); math && !math->empty())
+        return {*math};
     std::vector<std::string> out;
     for (size_t i = first; i < boxed.size(); ++i)
       out.push_back(boxed[i].content);
@@ -235,14 +265,17 @@ std::vector<std::string> extract_math_answers(std::string_view full, bool unmark
     return {*marked};
   if (last_number_is_answer)
     if (auto number = last_number(s))
-      return {*number};
+      return {number->text};
   if (auto bare = bare_answer(s))
     return {*bare};
   if (unmarked_fallback) {
-    if (auto math = last_math(s))
-      return {*math};
-    if (auto number = last_number(s))
-      return {*number};
+    // Whichever comes last: the last math, or a number standing alone after it.
+    auto math = last_math(s);
+    auto number = last_number(s.substr(math ? math->end : 0));
+    if (number)
+      return {number->text};
+    if (math)
+      return {math->text};
   }
   return {};
 }

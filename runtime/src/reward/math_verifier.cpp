@@ -117,6 +117,32 @@ std::string drop_thousands_separators(const std::string& s) {
   return out + s.substr(end);
 }
 
+// "14{,}916" and "14 {, }916" -> "14916"; a "{,}" elsewhere is a comma.
+std::string without_braced_thousands_commas(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '{') {
+      auto j = s.find_first_not_of(' ', i + 1);
+      auto k = j == std::string::npos || s[j] != ',' ? std::string::npos : s.find_first_not_of(' ', j + 1);
+      if (k != std::string::npos && s[k] == '}') {
+        auto before = out.find_last_not_of(' ');
+        auto after = s.find_first_not_of(' ', k + 1);
+        if (before != std::string::npos && after != std::string::npos && is_number_char(out[before]) &&
+            is_number_char(s[after])) {
+          out.erase(before + 1);
+          i = after - 1;
+        } else {
+          out += ',';
+          i = k;
+        }
+        continue;
+      }
+    }
+    out += s[i];
+  }
+  return out;
+}
+
 // "1000,99", "1,22", "0,111": one comma that cannot separate thousands (two
 // digits after it, four or more, or a lone 0 before it) is a decimal comma.
 std::string decimal_comma(const std::string& s) {
@@ -163,18 +189,17 @@ std::string drop_trailing_units(const std::string& s) {
 std::string normalize_math_answer(std::string_view answer) {
   std::string s{answer.substr(0, 4096)};
   replace_all(s, "\xe2\x88\x92", "-");  // Unicode minus
-  // A doubled backslash before a command name is an escaping slip ("\\\\frac"), not a row break.
+  // A doubled backslash before a command name is an escaping slip ("\\\\frac"), not a row break;
+  // three ("0\\\\\\end") are a row break before a command.
   for (size_t pos = s.find("\\\\"); pos != std::string::npos; pos = s.find("\\\\", pos + 1))
-    if (pos + 2 < s.size() && std::isalpha(static_cast<unsigned char>(s[pos + 2])))
+    if (pos + 2 < s.size() && std::isalpha(static_cast<unsigned char>(s[pos + 2])) && (pos == 0 || s[pos - 1] != '\\'))
       s.erase(pos, 1);
   // "(11,7)or(7,11)": a list.
   replace_all(s, ")or(", "), (");
   replace_all(s, ")and(", "), (");
   replace_all(s, "\xc2\xb0", "");  // degree sign
-  // Thousands marked as such: "14{,}916", "32,\! 349".
-  for (size_t pos = s.find("{,}"); pos != std::string::npos; pos = s.find("{,}", pos))
-    s.replace(pos, 3,
-              pos > 0 && pos + 3 < s.size() && is_number_char(s[pos - 1]) && is_number_char(s[pos + 3]) ? "" : ",");
+  // Thousands marked as such: "14{,}916", "14 {, }916", "32,\! 349".
+  s = without_braced_thousands_commas(s);
   for (size_t pos = s.find(",\\!"); pos != std::string::npos; pos = s.find(",\\!", pos)) {
     auto next = pos + 3;
     while (next < s.size() && s[next] == ' ')
@@ -259,7 +284,7 @@ verification verify_math(std::string_view response, const std::vector<std::strin
     list += (list.empty() ? "" : ", ") + a;
   auto last = normalize_math_answer(answers.back());
   auto all = normalize_math_answer(list);
-  math::comparison_options compare{options.relative_tolerance};
+  math::comparison_options compare{options.relative_tolerance, options.chain_answers_interval};
   for (auto& reference : references) {
     auto ref = normalize_math_answer(reference);
     for (auto* candidate :

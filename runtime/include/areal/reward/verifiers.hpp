@@ -43,9 +43,10 @@ std::vector<std::string> extract_math_answers(std::string_view response, bool un
 std::string normalize_math_answer(std::string_view answer);
 
 struct math_options {
-  double relative_tolerance = 1e-4;    // for references written as decimals only
-  bool unmarked_fallback = false;      // an unmarked response is read by its last math, else its last number
-  bool last_number_is_answer = false;  // the task's responses are bare numbers: the last one is the answer
+  double relative_tolerance = 1e-4;     // for references written as decimals only
+  bool unmarked_fallback = false;       // an unmarked response is read by its last math or a number after it
+  bool last_number_is_answer = false;   // the task's responses are bare numbers: the last one is the answer
+  bool chain_answers_interval = false;  // "-2 ≤ x ≤ 7" answers "x ∈ [-2, 7]" (the reverse always does)
 };
 
 /// Correct when an extracted answer means a reference (math_compare.hpp):

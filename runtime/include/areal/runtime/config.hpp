@@ -63,6 +63,7 @@ struct reward_spec {
   uint64_t output_kb = 1024;
   double math_relative_tolerance = 1e-4;
   bool math_unmarked_fallback = false;
+  bool math_chain_answers_interval = false;
   bool countdown_use_all_numbers = false;
 };
 
