@@ -2,6 +2,7 @@
 // and hanging verifiers contained, back-pressure when the queue is full.
 #include <doctest/doctest.h>
 
+#include <map>
 #include <thread>
 
 #include <caf/all.hpp>
@@ -168,6 +169,39 @@ TEST_CASE("the pool keeps its throughput while one worker is stuck on a hanging 
   // The replacement worker takes work.
   auto [after, e] = score(f, pool, 99, "\\boxed{5}", math_task("5"));
   CHECK(after);
+  caf::anon_send_exit(pool, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("a job waiting behind a stuck verification gets its own deadline and the replacement worker") {
+  fixture f;
+  reward_pool_config config;
+  config.workers = 1;
+  config.timeout_s = 1.0;
+  config.scorer = [](const std::string& response, const reward_task& task, const std::atomic<bool>& cancel) {
+    if (response == "hang")
+      return hang(cancel, 60s);
+    if (response == "slow")
+      hang(cancel, 600ms);  // most of a deadline, after waiting a whole one
+    return reward::verify_math("\\boxed{1}", task.references);
+  };
+  auto pool = spawn_reward_pool(*f.sys, config);
+  auto& self = *f.self;
+  self->send(pool, traj(0), std::string{"hang"}, *pack(math_task("1")));
+  self->send(pool, traj(1), std::string{"slow"}, *pack(math_task("1")));
+  std::map<uint64_t, verdict> verdicts;
+  for (int i = 0; i < 2; ++i)
+    self->receive([&](packed<trajectory>& t) { verdicts[unpack(t)->prompt_id] = unpack(t)->judged; },
+                  [&](caf::error& e) { FAIL(describe(e)); }, caf::after(30s) >> [] { FAIL("a reply is missing"); });
+  CHECK(verdicts[0] == verdict::timeout);
+  CHECK(verdicts[1] == verdict::correct);
+  self->request(pool, 10s, stats_atom::value)
+      .receive(
+          [](reward_pool_stats& s) {
+            CHECK(s.timeouts == 1);
+            CHECK(s.replaced == 1);
+            CHECK(s.queued == 0);
+          },
+          [](caf::error& e) { FAIL(describe(e)); });
   caf::anon_send_exit(pool, caf::exit_reason::user_shutdown);
 }
 

@@ -133,6 +133,13 @@ TEST_CASE("math answers: the wrong answers the old verifier accepted are refused
       {"\\boxed{1000,99}", {"1000.99"}, verdict::correct},  // a decimal comma: no thousands group
       {"\\boxed{0,111}", {"0.111"}, verdict::correct},
       {"\\boxed{1,234}", {"1.234"}, verdict::wrong},  // a thousands group
+      // exact expressions apart by a number too small for sampling to see
+      {"\\boxed{2^{100}+1}", {"2^{100}"}, verdict::wrong},
+      {"\\boxed{x+10^{-15}}", {"x"}, verdict::wrong},
+      {"\\boxed{\\sqrt{2}\\sqrt{3}+10^{-100}\\sqrt{5}}", {"\\sqrt{6}"}, verdict::wrong},
+      {"\\boxed{\\sqrt{2}\\sqrt{3}}", {"\\sqrt{6}"}, verdict::correct},
+      {"\\boxed{x^2+y^2 = 2^{100}+1}", {"x^2+y^2=2^{100}"}, verdict::wrong},
+      {"\\boxed{2x^2+2y^2 = 2^{101}}", {"x^2+y^2=2^{100}"}, verdict::correct},
   };
   check_rows(rows);
   // A digit inside a word is no answer, even with the last-number fallback on.

@@ -199,7 +199,8 @@ std::vector<section> make_table() {
            in("queue_capacity", &c::reward, &reward_spec::queue_capacity, 1, 1e6,
               "verifications accepted at once (queued + running); more are refused: back-pressure"),
            in("timeout_s", &c::reward, &reward_spec::timeout_s, 0.1, 3600,
-              "deadline of one verification; past it the verdict is timeout"),
+              "deadline of one verification, from when a worker starts it; past it the verdict is timeout and the "
+              "worker is replaced"),
            text("python", &c::reward, &reward_spec::python,
                 "interpreter for code tasks (absolute path, readable by every user)"),
            in("sandbox_uid_base", &c::reward, &reward_spec::sandbox_uid_base, 1000, 4e9,

@@ -1,9 +1,11 @@
 // The reward pool: a dispatcher actor and a fixed number of worker actors,
 // each on its own thread (verification blocks: the code verifier waits on the
-// sandbox). The dispatcher holds a bounded queue, gives each idle worker one
-// job with a deadline, and when a worker misses it, answers that job with a
-// timeout verdict, cancels the worker and puts a fresh one in its place, so
-// one stuck verification never stalls the others.
+// sandbox). The dispatcher accepts up to queue_capacity jobs and puts them on a
+// board from which each idle worker takes the next itself (no round trip through
+// the dispatcher between two jobs); workers send their results back. Each job's
+// deadline counts from when a worker starts it: when a worker misses it, the
+// dispatcher answers that job with a timeout verdict, cancels the worker and
+// puts a fresh one in its place, so one stuck verification never stalls the others.
 #pragma once
 
 #include <functional>
@@ -21,7 +23,7 @@ namespace areal {
 struct reward_pool_config {
   size_t workers = 2;
   size_t queue_capacity = 64;  // queued + being verified
-  double timeout_s = 30.0;     // per verification, end to end
+  double timeout_s = 30.0;     // per verification, from when a worker starts it
   reward::scoring_options scoring;
   /// The verifier; the default is reward::score_response. Tests put in others.
   std::function<reward::verification(const std::string& response, const reward_task& task,
