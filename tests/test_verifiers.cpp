@@ -2,11 +2,18 @@
 // references (or numbers and target) and the verdict it must get.
 #include <doctest/doctest.h>
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
 #include <fstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "areal/reward/verifiers.hpp"
+#include "cas_process.hpp"
 
 using namespace areal;
 using namespace areal::reward;
@@ -369,4 +376,61 @@ TEST_CASE("Math-Verify's own test cases: agreement, and no wrong answer accepted
   CHECK(cases == 268);
   CHECK(agree * 100 >= cases * 95);
   CHECK(false_positives == 0);
+}
+
+namespace {
+
+using namespace areal::reward::math;
+
+// The compared texts are commands: the algebra process crashes, hangs, or says where it runs.
+cas_answer scripted(cas_op, const std::string& a, const std::string& b, double) {
+  if (a == "crash")
+    ::kill(::getpid(), SIGKILL);
+  if (a == "hang")
+    std::this_thread::sleep_for(std::chrono::seconds(30));
+  if (a == "pid")
+    return {true, static_cast<double>(::getpid())};
+  return {true, a == b ? 1.0 : 0.0};
+}
+
+}  // namespace
+
+TEST_CASE("an algebra process answers in a process of its own; one that crashes or hangs is ended, not the caller") {
+  using status = cas_result::status;
+  auto run = [](const std::string& a, const std::string& b, int limit_ms = 2000) {
+    return run_in_cas_process(scripted, cas_op::equal, a, b, 0, std::chrono::milliseconds(limit_ms));
+  };
+  auto same = run("x", "x");
+  REQUIRE(same.outcome == status::answered);
+  CHECK(same.answer.value == 1.0);
+  CHECK(run("x", "y").answer.value == 0.0);
+  auto where = run("pid", "");
+  REQUIRE(where.outcome == status::answered);
+  CHECK(where.answer.value != static_cast<double>(::getpid()));
+  CHECK(run("crash", "").outcome == status::failed);
+  CHECK(run("x", "x").outcome == status::answered);  // a fresh process
+  auto start = std::chrono::steady_clock::now();
+  CHECK(run("hang", "", 300).outcome == status::failed);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(20));
+  auto after = run("pid", "");
+  REQUIRE(after.outcome == status::answered);
+  CHECK(after.answer.value != where.answer.value);  // the hung one was ended and replaced
+}
+
+TEST_CASE("expression comparisons from many threads at once get the right verdicts") {
+  std::atomic<int> wrong_verdicts{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 150; ++i) {
+        bool right = (i + t) % 2 == 0;
+        auto v =
+            verify_math(right ? "\\boxed{\\frac{x}{7}+\\frac{2}{7}+2\\sqrt{3}}" : "\\boxed{\\frac{x}{7}+2\\sqrt{3}}",
+                        {"\\frac{x+2}{7} + \\sqrt{12}"});
+        wrong_verdicts += (v.judged == verdict::correct) != right;
+      }
+    });
+  for (auto& th : threads)
+    th.join();
+  CHECK(wrong_verdicts == 0);
 }

@@ -1,6 +1,8 @@
 // LaTeX scalars read into GiNaC expressions and compared (see math_expression.hpp).
 #include "math_expression.hpp"
 
+#include "cas_process.hpp"
+
 #include <ginac/ginac.h>
 
 #include <cctype>
@@ -346,11 +348,6 @@ std::optional<GiNaC::numeric> small_fraction(double r) {
   return std::nullopt;
 }
 
-std::mutex& ginac_mutex() {
-  static std::mutex m;
-  return m;
-}
-
 // Both sides read by one parser (so a name is one symbol on both), and three
 // sample points: distinct irrational-looking values per free symbol. nullopt:
 // the sides have different free symbols.
@@ -391,8 +388,9 @@ std::optional<std::string> ginac_syntax(std::string_view latex) {
   return reader{s}.run();
 }
 
-std::optional<bool> expressions_equal(const std::string& a, const std::string& b, double relative_tolerance) {
-  std::lock_guard<std::mutex> lock{ginac_mutex()};
+namespace {
+
+std::optional<bool> equal_here(const std::string& a, const std::string& b, double relative_tolerance) {
   try {
     auto pair = read_pair(a, b);
     if (!pair)
@@ -428,8 +426,7 @@ std::optional<bool> expressions_equal(const std::string& a, const std::string& b
   }
 }
 
-std::optional<double> constant_ratio(const std::string& a, const std::string& b) {
-  std::lock_guard<std::mutex> lock{ginac_mutex()};
+std::optional<double> ratio_here(const std::string& a, const std::string& b) {
   try {
     auto pair = read_pair(a, b);
     if (!pair)
@@ -455,6 +452,52 @@ std::optional<double> constant_ratio(const std::string& a, const std::string& b)
   } catch (const std::exception&) {
     return std::nullopt;
   }
+}
+
+// One comparison, as the algebra process runs it.
+cas_answer compute(cas_op op, const std::string& a, const std::string& b, double tolerance) {
+  if (op == cas_op::equal) {
+    auto equal = equal_here(a, b, tolerance);
+    return {equal.has_value(), equal && *equal ? 1.0 : 0.0};
+  }
+  auto ratio = ratio_here(a, b);
+  return {ratio.has_value(), ratio.value_or(0.0)};
+}
+
+// Every comparison ends within this, in the thread's algebra process (see cas_process.hpp).
+constexpr std::chrono::milliseconds comparison_limit{2000};
+
+// Here when no other thread is using GiNaC (one thread pays no hand-over), else in this
+// thread's algebra process, so that threads never wait for each other.
+std::optional<cas_answer> compare(cas_op op, const std::string& a, const std::string& b, double tolerance) {
+  {
+    std::unique_lock<std::mutex> here{in_process_cas_mutex(), std::try_to_lock};
+    if (here.owns_lock())
+      return compute(op, a, b, tolerance);
+  }
+  auto result = run_in_cas_process(compute, op, a, b, tolerance, comparison_limit);
+  if (result.outcome == cas_result::status::answered)
+    return result.answer;
+  if (result.outcome == cas_result::status::failed)
+    return std::nullopt;
+  std::lock_guard<std::mutex> lock{in_process_cas_mutex()};  // no algebra process: here, one at a time
+  return compute(op, a, b, tolerance);
+}
+
+}  // namespace
+
+std::optional<bool> expressions_equal(const std::string& a, const std::string& b, double relative_tolerance) {
+  auto answer = compare(cas_op::equal, a, b, relative_tolerance);
+  if (!answer || !answer->known)
+    return std::nullopt;
+  return answer->value != 0;
+}
+
+std::optional<double> constant_ratio(const std::string& a, const std::string& b) {
+  auto answer = compare(cas_op::ratio, a, b, 0);
+  if (!answer || !answer->known)
+    return std::nullopt;
+  return answer->value;
 }
 
 }  // namespace areal::reward::math

@@ -20,7 +20,9 @@ std::optional<std::string> ginac_syntax(std::string_view latex);
 /// difference simplifies to zero) or, with the same free symbols, at three
 /// sample points to 12 significant digits. `relative_tolerance` > 0 (a
 /// decimal reference) compares numeric values within it instead. nullopt:
-/// either side could not be read. Serialized: GiNaC is not thread-safe.
+/// either side could not be read, or the comparison crashed GiNaC or ran past
+/// 2 s. Each runs in the calling thread's algebra process (cas_process.hpp):
+/// GiNaC is not thread-safe.
 std::optional<bool> expressions_equal(const std::string& a, const std::string& b, double relative_tolerance);
 
 }  // namespace areal::reward::math
