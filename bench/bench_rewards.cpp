@@ -1,7 +1,8 @@
 // bench_rewards: verifications per second per worker for math (a fraction, and
 // an expression that needs GiNaC), countdown and code (a trivial passing
-// program, and three assertions run by the judge), measured (1) on one thread calling the
-// verifier directly and (2) through the reward pool actor with 1 and with 2 workers, and
+// program, and three assertions run by the judge), measured (1) calling the verifier
+// directly, on one thread and on every hardware thread at once, and (2) through the
+// reward pool actor with 1 and with 2 workers, and
 // the sandbox's overhead as a ratio over running the same program with plain
 // python3 (fork + exec + wait, no isolation), all in one run.
 // Usage: bench_rewards [--quick] [--json FILE]
@@ -10,10 +11,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <iostream>
 #include <thread>
+#include <vector>
 
 #include <caf/all.hpp>
 #include <nlohmann/json.hpp>
@@ -172,6 +175,32 @@ int main(int argc, char** argv) {
       std::cout << "WARNING: " << w.name << " judged " << correct << "/" << n << " correct\n";
     std::cout << w.name << ": " << rate << " verifications/s on one thread (direct call)\n";
     out["direct"][w.name] = rate;
+  }
+
+  // Direct calls on as many threads as the machine has: each thread's own rate (GiNaC goes to a
+  // thread's algebra process when another thread is using it in this one).
+  unsigned hardware = std::max(2u, std::thread::hardware_concurrency());
+  for (auto& w : workloads()) {
+    if (w.task.kind == task_kind::code)
+      continue;  // the sandbox's cost is per run, not per thread
+    int n = quick ? 10000 : 100000;
+    std::atomic<int> correct{0};
+    auto start = clock_type::now();
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < hardware; ++t)
+      threads.emplace_back([&] {
+        for (int i = 0; i < n; ++i)
+          correct += reward::score_response(w.response, w.task, options).judged == verdict::correct;
+      });
+    for (auto& t : threads)
+      t.join();
+    double per_thread = n / seconds_since(start);
+    if (correct != n * static_cast<int>(hardware))
+      std::cout << "WARNING: " << w.name << " judged " << correct << "/" << n * hardware << " correct\n";
+    std::cout << w.name << ": " << per_thread << " verifications/s per thread with " << hardware
+              << " threads calling directly; per-thread/one-thread ratio "
+              << per_thread / out["direct"][w.name].get<double>() << "\n";
+    out["direct_threads"][w.name] = per_thread;
   }
 
   // Through the pool actor, with 1 worker and with 2 (GiNaC is not thread-safe: its comparisons
