@@ -171,16 +171,21 @@ bool relations_equal(const node& a, const node& r, const comparison_options& o, 
 }
 
 // "a < x ≤ b" as the interval of x, (a, b]; nothing when the middle term is no name (or is |x|).
+// The interval from `lo` to `hi`, each end open when `strict`.
+node interval_node(node lo, node hi, bool strict_lo, bool strict_hi) {
+  node n;
+  n.k = node::kind::ordered;
+  n.items = {std::move(lo), std::move(hi)};
+  n.open = strict_lo ? '(' : '[';
+  n.close = strict_hi ? ')' : ']';
+  return n;
+}
+
 std::optional<node> chain_interval(const node& chain) {
   if (chain.items.size() != 3 || chain.items[1].k != node::kind::scalar || !is_name(chain.items[1].text) ||
       chain.items[1].text[0] == '|')
     return std::nullopt;
-  node n;
-  n.k = node::kind::ordered;
-  n.items = {chain.items[0], chain.items[2]};
-  n.open = chain.text[0] == 's' ? '(' : '[';
-  n.close = chain.text[1] == 's' ? ')' : ']';
-  return n;
+  return interval_node(chain.items[0], chain.items[2], chain.text[0] == 's', chain.text[1] == 's');
 }
 
 // "a ≤ |x| ≤ b" with a > 0 as the union of x's two intervals, [-b, -a] ∪ [a, b].
@@ -196,21 +201,13 @@ std::optional<node> absolute_chain_union(const node& chain) {
   auto low = plain_number(chain.items[0].text, decimal);
   if (!low || low->approx() <= 0)
     return std::nullopt;
-  auto interval = [](std::string lo, std::string hi, char open, char close) {
-    node n;
-    n.k = node::kind::ordered;
-    n.items = {scalar(lo), scalar(hi)};
-    n.open = open;
-    n.close = close;
-    return n;
-  };
-  char inner = chain.text[0] == 's' ? 's' : 'n', outer = chain.text[1] == 's' ? 's' : 'n';
+  bool strict_a = chain.text[0] == 's', strict_b = chain.text[1] == 's';
   auto& a = chain.items[0].text;
   auto& b = chain.items[2].text;
   node u;
   u.k = node::kind::unordered;
-  u.items = {interval("-(" + b + ")", "-(" + a + ")", outer == 's' ? '(' : '[', inner == 's' ? ')' : ']'),
-             interval(a, b, inner == 's' ? '(' : '[', outer == 's' ? ')' : ']')};
+  u.items = {interval_node(scalar("-(" + b + ")"), scalar("-(" + a + ")"), strict_b, strict_a),
+             interval_node(scalar(a), scalar(b), strict_a, strict_b)};
   return u;
 }
 

@@ -338,6 +338,12 @@ bool has_negligible_term(const GiNaC::ex& e) {
   return false;
 }
 
+// Exact sides whose difference is a nonzero exact number ("2^{100}+1" against "2^{100}") differ;
+// so do sides apart by a term too small for the samples to see ("\sqrt{6}+10^{-100}\sqrt{2}").
+bool differs_exactly(const GiNaC::ex& difference) {
+  return (GiNaC::is_a<GiNaC::numeric>(difference) && !difference.is_zero()) || has_negligible_term(difference);
+}
+
 // `r` as a fraction with a denominator up to 1000, when it is one (to 1e-9).
 std::optional<GiNaC::numeric> small_fraction(double r) {
   for (long den = 1; den <= 1000; ++den) {
@@ -399,9 +405,7 @@ std::optional<bool> equal_here(const std::string& a, const std::string& b, doubl
       auto difference = pair->x - pair->y;
       if (difference.is_zero())
         return true;
-      // Exact sides whose difference is an exact number ("2^{100}+1" against "2^{100}") differ;
-      // so do sides apart by a term too small for the samples to see ("\sqrt{6}+10^{-100}\sqrt{2}").
-      if (GiNaC::is_a<GiNaC::numeric>(difference) || has_negligible_term(difference))
+      if (differs_exactly(difference))
         return false;
     }
     double limit = relative_tolerance > 0 ? relative_tolerance : 1e-12;
@@ -444,8 +448,7 @@ std::optional<double> ratio_here(const std::string& a, const std::string& b) {
     }
     // A rational ratio is checked exactly: "x^2+y^2 = 2^{100}+1" is not "x^2+y^2 = 2^{100}" scaled.
     if (auto q = small_fraction(*ratio)) {
-      auto difference = pair->x - *q * pair->y;
-      if ((GiNaC::is_a<GiNaC::numeric>(difference) && !difference.is_zero()) || has_negligible_term(difference))
+      if (differs_exactly(pair->x - *q * pair->y))
         return std::nullopt;
     }
     return ratio;
