@@ -28,4 +28,5 @@ struct RunState {
   generatedTokens @14 :Int64;
   trainedTokens @15 :Int64;
   elapsedS @16 :Float64;           # run time before this checkpoint
+  metricsBytes @17 :Int64 = -1;    # size of metrics.jsonl at this checkpoint (-1: not recorded)
 }

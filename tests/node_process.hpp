@@ -59,9 +59,11 @@ inline uint16_t free_port() {
 
 class node_process {
  public:
-  node_process(const std::vector<std::string>& args, std::filesystem::path log, const std::filesystem::path& cwd)
+  /// Runs `program` (the areal binary unless another is named) with `args`.
+  node_process(const std::vector<std::string>& args, std::filesystem::path log, const std::filesystem::path& cwd,
+               const std::string& program = AREAL_BINARY)
       : log_(std::move(log)) {
-    std::vector<std::string> argv_storage{AREAL_BINARY};
+    std::vector<std::string> argv_storage{program};
     argv_storage.insert(argv_storage.end(), args.begin(), args.end());
     std::vector<char*> argv;
     for (auto& a : argv_storage)
@@ -72,7 +74,7 @@ class node_process {
     posix_spawn_file_actions_addopen(&actions, 1, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     posix_spawn_file_actions_adddup2(&actions, 1, 2);
     posix_spawn_file_actions_addchdir_np(&actions, cwd.c_str());
-    if (posix_spawn(&pid_, AREAL_BINARY, &actions, nullptr, argv.data(), environ) != 0)
+    if (posix_spawn(&pid_, program.c_str(), &actions, nullptr, argv.data(), environ) != 0)
       pid_ = -1;
     posix_spawn_file_actions_destroy(&actions);
   }

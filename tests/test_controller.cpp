@@ -447,3 +447,31 @@ TEST_CASE("a run with no reward pool stops at the member deadline, saying which 
   CHECK(f.rec->code == 1);
   CHECK_MESSAGE(f.rec->why.find("no reward pool for 2 s; start a node with the reward role") == 0, f.rec->why);
 }
+
+// A request no engine can take (the job refuses the settings that make one
+// before it starts; a remote engine may still refuse), or a broken verifier:
+// admitting and dropping forever would be a silent hang.
+TEST_CASE("a run whose every sample fails stops with a reason instead of running forever") {
+  fixture f;
+  auto cs = f.setup(4, 8, 1, 4);
+  rollout_behaviour broken;
+  broken.decide = [](const generation_request&, int) { return answer::fail; };
+  cs.rollouts = {f.rollout(broken)};
+  cs.reward = f.reward();
+  auto controller = f.controller(std::move(cs));
+  f.run();
+  REQUIRE(f.rec->done);
+  CHECK(f.rec->code == 1);
+  CHECK_MESSAGE(
+      f.rec->why.find("samples all failed; the last one: rollout worker: system: fake failure (3 attempts)") !=
+          std::string::npos,
+      f.rec->why);
+  CHECK(f.rec->trained.empty());
+  // Every sample the rollout side saw is accounted for as dropped, none lost.
+  auto ledger = f.ledger(controller);
+  for (auto& r : f.rec->requests) {
+    auto it = ledger.find({r.group_id, r.sample_index});
+    REQUIRE(it != ledger.end());
+    CHECK(it->second[2] == "dropped");
+  }
+}

@@ -201,19 +201,6 @@ TEST_CASE("a stopped run resumes where it stopped: counters, data position and v
     CHECK_MESSAGE(accounted.count(p) == 1, "prompt " << p << " was skipped");
 }
 
-TEST_CASE("a run whose every sample fails stops with a reason instead of running forever") {
-  scratch_dir dir{"failing"};
-  // No engine can take a request for 5000 new tokens (the context is 1024).
-  auto config = load(job_config("async", 1, 4), {"sft.steps=0", "eval.prompts=0", "rl.max_new_tokens=5000"});
-  std::atomic<bool> stop{false};
-  auto result = run_job(config, dir.path, false, stop);
-  CHECK(result.exit_code == 1);
-  CHECK_MESSAGE(result.why.find("samples all failed") != std::string::npos, result.why);
-  CHECK(result.why.find("rollout worker") != std::string::npos);
-  CHECK(result.stats.trained == 0);
-  CHECK(result.stats.admitted == result.stats.dropped);
-}
-
 TEST_CASE("an actor of the job that stops ends the run with its reason, and the checkpoint is written") {
   for (std::string victim : {"the reward pool", "the controller"}) {
     INFO("stopping " << victim);

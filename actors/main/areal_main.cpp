@@ -5,7 +5,6 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 
 #include "areal/actors/node.hpp"
@@ -13,7 +12,9 @@
 #include "areal/kernels/blas_probe.hpp"
 #include "areal/runtime/certs.hpp"
 #include "areal/runtime/cli.hpp"
+#include "areal/runtime/files.hpp"
 #include "areal/runtime/log.hpp"
+#include "areal/runtime/run_directory.hpp"
 
 namespace fs = std::filesystem;
 
@@ -67,20 +68,40 @@ int main(int argc, char** argv) {
   }
   auto& node = *choice.node;
   areal::log::init(node.name, options.log_level);
+  // Peers must be nodes of the topology: an RL run whose topology lacks a role would wait for it forever.
+  if (!config.run.probe_only)
+    for (auto needed : {areal::role::rollout, areal::role::reward}) {
+      bool somewhere = node.has(needed);  // with --role applied
+      for (auto& n : config.nodes)
+        somewhere = somewhere || n.has(needed);
+      if (!somewhere) {
+        std::cerr << "areal: " << config.source << ": no node has the role \"" << areal::to_string(needed)
+                  << "\", and an RL run needs one (only nodes of the topology can join); add it to a node's roles\n";
+        return areal::exit_bad_input;
+      }
+    }
 
-  // The run directory holds the resolved configuration next to the run's outputs.
+  // The run directory is this process's before anything is written into it:
+  // locked for the process's life, and a run found there is continued
+  // (--resume), moved aside (--fresh) or left alone.
   fs::path run_dir = options.run_dir ? fs::path{*options.run_dir} : fs::path{config.run.output_dir} / config.run.name;
-  std::error_code ec;
-  fs::create_directories(run_dir, ec);
-  auto resolved = run_dir / (node.has(areal::role::controller) ? "config.toml" : "config." + node.name + ".toml");
-  std::ofstream out(resolved);
-  out << config.resolved_toml;
-  if (ec || !out) {
-    spdlog::error("cannot write {}: {}; choose a writable place with --run-dir or run.output_dir", resolved.string(),
-                  ec ? ec.message() : "write failed");
+  bool runs_job = areal::runs_rl_job(config, node);
+  areal::run_directory taken;
+  try {
+    taken = areal::open_run_directory({run_dir, node.name, runs_job, options.resume, options.fresh});
+  } catch (const areal::file_error& e) {
+    spdlog::error("{}", e.what());
     return areal::exit_bad_input;
   }
-  out.close();
+  if (!taken.moved_aside.empty())
+    spdlog::info("--fresh: the previous run was moved to {}", taken.moved_aside.string());
+  auto resolved = run_dir / (node.has(areal::role::controller) ? "config.toml" : "config." + node.name + ".toml");
+  try {
+    areal::write_file_atomically(resolved, config.resolved_toml);
+  } catch (const areal::file_error& e) {
+    spdlog::error("{}; choose a writable place with --run-dir or run.output_dir", e.what());
+    return areal::exit_bad_input;
+  }
 
   spdlog::info("areal {} node {} (roles {}), pid {}, run \"{}\" in {}", AREAL_VERSION, node.name,
                areal::join(node.roles), getpid(), config.run.name, run_dir.string());
@@ -105,5 +126,10 @@ int main(int argc, char** argv) {
   areal::node_run_options run_options;
   run_options.run_dir = run_dir.string();
   run_options.resume = options.resume;
-  return areal::run_node(config, node, run_options);
+  try {
+    return areal::run_node(config, node, run_options);
+  } catch (const std::exception& e) {
+    spdlog::error("the node failed: {}", e.what());
+    return areal::exit_failure;
+  }
 }

@@ -214,8 +214,12 @@ void start(controller_pointer self, controller_setup setup) {
   st.stream = std::make_unique<prompt_stream>(std::move(s.source), s.encode, s.group_size, s.sampling, s.seed);
   st.gate = std::make_unique<staleness_gate>(s.batch_size, s.eta, s.max_concurrent);
   st.buffer = std::make_unique<group_buffer>(s.group_size);
-  st.metrics =
-      std::make_unique<run_metrics>(s.metrics_path, s.trace, s.resume ? s.resume->elapsed_s : 0.0, s.remote_weights);
+  // A resumed run's metrics are cut back to the checkpoint: the steps after it are trained again.
+  std::optional<uint64_t> keep;
+  if (s.resume && s.resume->metrics_bytes >= 0)
+    keep = static_cast<uint64_t>(s.resume->metrics_bytes);
+  st.metrics = std::make_unique<run_metrics>(s.metrics_path, s.trace, s.resume ? s.resume->elapsed_s : 0.0,
+                                             s.remote_weights, keep);
   // The members in this process are monitored as the joined ones are: a lost one's samples go to the others.
   for (auto& r : s.rollouts) {
     st.rollouts.add(caf::actor_cast<caf::actor>(r), {}, "rollout-" + std::to_string(st.rollouts.size()));
@@ -277,7 +281,9 @@ controller_actor spawn_controller(caf::actor_system& sys, controller_setup setup
     start(self, std::move(setup));
     self->set_down_handler([self](caf::down_msg& down) { on_member_down(self, down); });
     arm_member_deadline(self);
-    if (self->state.stats.steps >= self->state.setup.total_steps)
+    if (!self->state.metrics->failure().empty())
+      finish(self, 1, self->state.metrics->failure() + "; nothing was trained");
+    else if (self->state.stats.steps >= self->state.setup.total_steps)
       end_run(self, 0, "run complete");
     else
       fill(self);

@@ -42,16 +42,18 @@ controller_checkpoint checkpoint_record(controller_state& st) {
   c.generated_tokens = st.generated_tokens;
   c.trained_tokens = st.trained_tokens;
   c.elapsed_s = st.metrics->run_seconds();
+  c.metrics_bytes = st.metrics->bytes();
   return c;
 }
 
 // Saves the run (trainer state + this controller's record) at the current version.
-// `then` runs once the checkpoint is on disk (true) or failed (false).
+// `then` runs once the checkpoint is on disk (with "") or failed (with the reason;
+// the previous checkpoint is then the one on disk).
 template <class F>
 void save_checkpoint(controller_pointer self, F then) {
   auto& st = self->state;
   if (st.setup.checkpoint_dir.empty()) {
-    then(true);
+    then(std::string{});
     return;
   }
   st.checkpointing = true;
@@ -61,12 +63,12 @@ void save_checkpoint(controller_pointer self, F then) {
           [self, then](int64_t version) mutable {
             self->state.checkpointing = false;
             spdlog::info("checkpoint of version {} written to {}", version, self->state.setup.checkpoint_dir);
-            then(true);
+            then(std::string{});
           },
           [self, then](caf::error& err) mutable {
             self->state.checkpointing = false;
             spdlog::error("checkpoint failed: {}", describe(err));
-            then(false);
+            then(describe(err));
           });
 }
 
@@ -114,6 +116,10 @@ void on_trained(controller_pointer self, const train_report& report, const batch
   st.trained_tokens += report.tokens;
   st.gate->set_version(report.version);
   st.metrics->step(facts, report, counters(st));
+  if (!st.metrics->failure().empty()) {
+    end_run(self, 1, st.metrics->failure() + "; the run stops here");
+    return;
+  }
   spdlog::debug("step {}/{}: version {}, reward {:.3f}, loss {:.4f}, staleness <= {}", st.stats.steps,
                 st.setup.total_steps, report.version, report.reward_mean, report.loss, report.max_staleness);
 
@@ -127,8 +133,10 @@ void on_trained(controller_pointer self, const train_report& report, const batch
   if (end_if_asked(self))  // a stop arrived during the step
     return;
   if (st.setup.checkpoint_every > 0 && st.stats.steps % st.setup.checkpoint_every == 0)
-    save_checkpoint(self, [self](bool) {
-      if (!end_if_asked(self))
+    save_checkpoint(self, [self](const std::string& failed) {
+      if (!failed.empty())
+        finish(self, 1, "the checkpoint failed: " + failed + "; the run stops here, the previous checkpoint is kept");
+      else if (!end_if_asked(self))
         try_train(self);
     });
   else
@@ -181,9 +189,10 @@ void end_run(controller_pointer self, int32_t code, const std::string& why) {
   if (st.training || st.checkpointing)
     return;  // the step's reply (or the checkpoint's) ends the run
   st.phase = run_phase::saving;
-  save_checkpoint(self, [self](bool ok) {
+  save_checkpoint(self, [self](const std::string& failed) {
     auto& s = self->state;
-    finish(self, ok ? s.end_code : 1, ok ? s.end_why : s.end_why + "; the final checkpoint failed");
+    finish(self, failed.empty() ? s.end_code : 1,
+           failed.empty() ? s.end_why : s.end_why + "; the final checkpoint failed (" + failed + ")");
   });
 }
 

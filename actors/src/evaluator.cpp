@@ -23,7 +23,16 @@ eval_result evaluate_policy(kernels::policy_model& model, const kernels::tokeniz
   }
   eval_result result;
   int64_t correct = 0, tokens = 0;
-  for (auto& out : engine.run_to_completion()) {
+  std::vector<kernels::generation_output> outputs;
+  while (!engine.idle()) {
+    if (options.stop && options.stop->load()) {
+      result.stopped = true;
+      return result;
+    }
+    for (auto& out : engine.step())
+      outputs.push_back(std::move(out));
+  }
+  for (auto& out : outputs) {
     auto verdict_of = reward::score_response(tokenizer.decode(out.tokens, true), set.tasks[out.id], options.scoring);
     bool ok = verdict_of.judged == verdict::correct;
     correct += ok;

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <set>
+#include <optional>
 
 #include "areal/actors/rollout.hpp"
 
@@ -11,78 +11,9 @@ namespace fs = std::filesystem;
 
 namespace areal::job {
 
-namespace {
-
-tasks::running_sum_options sum_options(const task_spec& t, uint64_t seed) {
-  tasks::running_sum_options o;
-  o.seed = seed;
-  o.max_value = static_cast<int>(t.max_value);
-  o.median_terms = t.median_terms;
-  o.max_terms = static_cast<int>(t.max_terms);
-  return o;
-}
-
-// Three disjoint random streams of one seed: RL prompts, SFT demonstrations, held-out prompts.
-
-}  // namespace
-
 uint64_t stream_seed(uint64_t seed, uint64_t stream) {
   return seed * 0x9E3779B97F4A7C15ull + stream;
 }
-
-std::unique_ptr<tasks::task_source> training_source(const run_config& c) {
-  if (c.task.kind == "jsonl") {
-    auto source = tasks::jsonl_source(c.task.train_path);
-    if (c.task.eval_path.empty())
-      source->restore(static_cast<uint64_t>(c.eval.prompts));  // the first items are held out
-    return source;
-  }
-  return tasks::running_sum_generator(sum_options(c.task, stream_seed(c.run.seed, 1)));
-}
-
-std::unique_ptr<tasks::task_source> demonstration_source(const run_config& c) {
-  if (c.task.kind == "jsonl")
-    return training_source(c);
-  auto o = sum_options(c.task, stream_seed(c.run.seed, 2));
-  o.truncated_fraction = c.task.truncated_fraction;
-  return tasks::running_sum_generator(o);
-}
-
-namespace {
-
-std::vector<tasks::task_item> held_out_items(const run_config& c) {
-  std::unique_ptr<tasks::task_source> source;
-  if (c.task.kind == "jsonl")
-    source = tasks::jsonl_source(c.task.eval_path.empty() ? c.task.train_path : c.task.eval_path);
-  else
-    source = tasks::running_sum_generator(sum_options(c.task, stream_seed(c.run.seed, 3)));
-  std::vector<tasks::task_item> items;
-  while (static_cast<int64_t>(items.size()) < c.eval.prompts) {
-    auto item = source->next();
-    if (!item)
-      break;
-    items.push_back(std::move(*item));
-  }
-  return items;
-}
-
-// The characters of every prompt and solution (for a character-level tokenizer of JSONL data).
-std::string alphabet_of(const run_config& c) {
-  if (c.task.kind != "jsonl")
-    return tasks::running_sum_alphabet();
-  std::set<char> chars;
-  for (auto* path : {&c.task.train_path, &c.task.eval_path}) {
-    if (path->empty())
-      continue;
-    auto source = tasks::jsonl_source(*path);
-    while (auto item = source->next())
-      for (auto* text : {&item->prompt, &item->worked_solution})
-        chars.insert(text->begin(), text->end());
-  }
-  return std::string(chars.begin(), chars.end());
-}
-
-}  // namespace
 
 // -- model --------------------------------------------------------------------
 
@@ -99,6 +30,7 @@ std::shared_ptr<kernels::policy_model> policy_copy(const model_parts& m) {
 
 model_parts make_model(const run_config& c) {
   model_parts m;
+  auto data = std::make_shared<job_datasets>(read_datasets(c));
   if (!c.model.path.empty()) {
     auto tokenizer_file = fs::path{c.model.path} / "tokenizer.json";
     if (!fs::exists(tokenizer_file))
@@ -110,7 +42,7 @@ model_parts make_model(const run_config& c) {
     m.config = m.policy->config();
   } else {
     m.tokenizer = std::make_shared<const kernels::tokenizer>(
-        kernels::tokenizer::character_level(alphabet_of(c), {"<unk>", "<eos>"}));
+        kernels::tokenizer::character_level(data_alphabet(c, *data), {"<unk>", "<eos>"}));
     m.config = kernels::preset(c.model.preset, m.tokenizer->vocab_size());
     m.config.max_position_embeddings = 1024;
     m.policy = std::make_shared<kernels::policy_model>(m.config);
@@ -119,17 +51,21 @@ model_parts make_model(const run_config& c) {
   // Parameters stay float32 (the master weights); model.dtype sets the precision of the matrix products.
   m.policy->set_compute_dtype(c.model.dtype);
   m.config = m.policy->config();
+  std::optional<int32_t> eos;
   for (auto name : {"<eos>", "<|endoftext|>", "</s>", "<|im_end|>"})
-    if (auto id = m.tokenizer->token_id(name)) {
-      m.eos = *id;
-      return m;
-    }
-  throw job_error("the tokenizer has no end-of-sequence token (<eos>, <|endoftext|>, </s> or <|im_end|>)");
+    if (!eos)
+      eos = m.tokenizer->token_id(name);
+  if (!eos)
+    throw job_error("the tokenizer has no end-of-sequence token (<eos>, <|endoftext|>, </s> or <|im_end|>)");
+  m.eos = *eos;
+  check_inputs(c, m, *data);
+  m.data = std::move(data);
+  return m;
 }
 
 std::shared_ptr<eval_set> make_eval_set(const run_config& c, const model_parts& m) {
   auto set = std::make_shared<eval_set>();
-  for (auto& item : held_out_items(c)) {
+  for (auto& item : held_out_items(c, m)) {
     set->prompts.push_back(m.tokenizer->encode(item.prompt));
     set->tasks.push_back(item.task);
     set->difficulty.push_back(

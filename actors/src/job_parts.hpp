@@ -41,17 +41,39 @@ struct job_error : std::runtime_error {
 /// 3 held-out prompts, 4 model initialization, 5 SFT, 6 RL trainer, 7 samples.
 uint64_t stream_seed(uint64_t seed, uint64_t stream);
 
-std::unique_ptr<tasks::task_source> training_source(const run_config& c);
-std::unique_ptr<tasks::task_source> demonstration_source(const run_config& c);
+/// A JSONL task's datasets, read once (job_inputs.cpp); empty for generated tasks.
+struct job_datasets {
+  std::vector<tasks::task_item> train;           // usable tasks of task.train_path, in file order
+  std::vector<tasks::task_item> eval;            // usable tasks of task.eval_path
+  size_t held_out = 0;                           // the first tasks of `train` held out (no task.eval_path)
+  std::vector<tasks::task_item> demonstrations;  // training tasks with a solution that fits the context
+  std::vector<std::string> notes;                // what the data holds
+  std::vector<std::string> warnings;             // what was skipped and why, what looks wrong
+};
 
 struct model_parts {
   std::shared_ptr<const kernels::tokenizer> tokenizer;
   kernels::model_config config;
   std::shared_ptr<kernels::policy_model> policy;
   int32_t eos = 0;
+  std::shared_ptr<const job_datasets> data;
 };
 
-/// The configured model (model.path, or a preset initialized from the seed) and its tokenizer.
+/// Reads task.train_path and task.eval_path (JSONL tasks); throws job_error naming the file and line.
+job_datasets read_datasets(const run_config& c);
+/// The characters of every prompt and solution (a character-level tokenizer's alphabet).
+std::string data_alphabet(const run_config& c, const job_datasets& d);
+/// Cross-checks of the settings, the model, its tokenizer and the data before
+/// any work: tasks that cannot fit the context are skipped (noted), the
+/// held-out split and the demonstrations are made; throws job_error saying what to change.
+void check_inputs(const run_config& c, const model_parts& m, job_datasets& d);
+
+std::unique_ptr<tasks::task_source> training_source(const run_config& c, const model_parts& m);
+std::unique_ptr<tasks::task_source> demonstration_source(const run_config& c, const model_parts& m);
+std::vector<tasks::task_item> held_out_items(const run_config& c, const model_parts& m);
+
+/// The configured model (model.path, or a preset initialized from the seed),
+/// its tokenizer and the checked data (check_inputs); throws job_error.
 model_parts make_model(const run_config& c);
 /// The held-out prompts (eval.prompts of them).
 std::shared_ptr<eval_set> make_eval_set(const run_config& c, const model_parts& m);

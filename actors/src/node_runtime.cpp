@@ -1,4 +1,5 @@
 // One node process: actor system, publishing, signals, bounded shutdown.
+#include <netdb.h>
 #include <pthread.h>
 #include <signal.h>
 
@@ -57,11 +58,30 @@ class exit_watchdog {
   std::thread thread_;
 };
 
+// Why `host` does not resolve to an address here; empty when it does.
+std::string resolve_error(const std::string& host) {
+  if (host.empty())
+    return {};  // every interface
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
+  if (found)
+    ::freeaddrinfo(found);
+  return rc == 0 ? std::string{} : std::string{::gai_strerror(rc)};
+}
+
 }  // namespace
 
 bool runs_whole_job(const run_config& config, const node_spec& node) {
   return config.nodes.size() == 1 && node.has(role::controller) && node.has(role::trainer) && node.has(role::rollout) &&
          node.has(role::reward);
+}
+
+bool runs_rl_job(const run_config& config, const node_spec& node) {
+  return runs_whole_job(config, node) || (node.has(role::controller) && !config.run.probe_only);
 }
 
 int run_node(const run_config& config, const node_spec& self_spec, const node_run_options& options) {
@@ -78,7 +98,7 @@ int run_node(const run_config& config, const node_spec& self_spec, const node_ru
   // One process with every role runs the whole job without a node actor; in a
   // multi-node RL run the controller node runs the job and the others serve it.
   bool whole = runs_whole_job(config, self_spec);
-  bool runs_job = whole || (self_spec.has(role::controller) && !config.run.probe_only);
+  bool runs_job = runs_rl_job(config, self_spec);
   if (options.resume && !runs_job)
     spdlog::warn("--resume applies to the controller node; this node ignores it");
   exit_watchdog watchdog{std::chrono::seconds(4)};
@@ -92,6 +112,14 @@ int run_node(const run_config& config, const node_spec& self_spec, const node_ru
     if (!whole) {
       node = spawn_node(sys, node_setup{config, self_spec, caf::actor_cast<done_listener_actor>(caf::actor{self})});
       if (self_spec.port != 0) {
+        if (auto unresolved = resolve_error(self_spec.host); !unresolved.empty()) {
+          spdlog::error(
+              "cannot listen on {}:{}: the host does not resolve ({}); give node {} in {} an IP address or a "
+              "name this machine resolves",
+              self_spec.host, self_spec.port, unresolved, self_spec.name, config.source);
+          self->send_exit(node, caf::exit_reason::user_shutdown);
+          return exit_bad_input;
+        }
         auto port = uses_tls(config) ? caf::openssl::publish(node, self_spec.port, self_spec.host.c_str(), false)
                                      : sys.middleman().publish(node, self_spec.port, self_spec.host.c_str(), false);
         if (!port) {

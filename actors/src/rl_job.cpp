@@ -23,6 +23,7 @@
 #include "areal/actors/weight_transport.hpp"
 #include "areal/kernels/model_config.hpp"
 #include "areal/kernels/trainer.hpp"
+#include "areal/runtime/files.hpp"
 #include "areal/runtime/log.hpp"
 #include "job_parts.hpp"
 
@@ -35,13 +36,20 @@ using namespace job;
 namespace {
 
 void final_eval_line(const fs::path& run_dir, int64_t version, double accuracy, double mean_tokens) {
-  std::ofstream(run_dir / "metrics.jsonl", std::ios::app) << nlohmann::json{{"event", "eval"},
-                                                                            {"version", version},
-                                                                            {"accuracy", accuracy},
-                                                                            {"response_tokens_mean", mean_tokens},
-                                                                            {"final", true}}
-                                                                 .dump()
-                                                          << "\n";
+  auto line = nlohmann::json{
+      {"event", "eval"},
+      {"version", version},
+      {"accuracy", accuracy},
+      {"response_tokens_mean", mean_tokens},
+      {"final",
+       true}}.dump();
+  try {
+    append_only_file metrics(run_dir / "metrics.jsonl");
+    metrics.append(line + "\n");
+    metrics.sync();
+  } catch (const file_error& e) {
+    spdlog::error("the final evaluation is not in the metrics: {}", e.what());
+  }
 }
 
 // The held-out accuracy of the final weights: here with the trainer's weights
@@ -65,6 +73,10 @@ void evaluate_final(caf::scoped_actor& self, const trainer_side& side, bool remo
             kernels::policy_model final_model(m.config);
             final_model.flat().copy_(*w.flat);
             auto r = evaluate_policy(final_model, *m.tokenizer, evals, eo);
+            if (r.stopped) {
+              spdlog::info("the final evaluation was stopped by the signal");
+              return;
+            }
             result.accuracy_after = r.accuracy;
             spdlog::info("held-out greedy accuracy after RL (version {}): {:.1f}% ({})", w.version, 100 * r.accuracy,
                          by_difficulty_text(r));
@@ -73,9 +85,28 @@ void evaluate_final(caf::scoped_actor& self, const trainer_side& side, bool remo
           [&](caf::error& e) { spdlog::warn("cannot fetch the final weights: {}", describe(e)); });
 }
 
-}  // namespace
+// The controller's record of a checkpoint agrees with the trainer's state beside it and with this run.
+void check_resume_state(const controller_checkpoint& saved, const std::string& dir, const run_config& c) {
+  auto path = (fs::path{dir} / "trainer_state.json").string();
+  std::ifstream in(path);
+  nlohmann::json state;
+  try {
+    in >> state;
+  } catch (const nlohmann::json::exception& e) {
+    throw job_error(path + ": unreadable (" + std::string{e.what()} + "); the checkpoint is damaged");
+  }
+  auto version = state.value("policy_version", int64_t{-1});
+  if (version != saved.version)
+    throw job_error(dir + ": the controller's record says policy version " + std::to_string(saved.version) +
+                    " and the trainer's state " + std::to_string(version) +
+                    ": the checkpoint is damaged or mixed from two runs; resume from a complete one");
+  if (saved.steps > c.rl.steps)
+    throw job_error(dir + ": the checkpoint has " + std::to_string(saved.steps) + " steps done, past rl.steps = " +
+                    std::to_string(c.rl.steps) + "; to train further raise rl.steps (e.g. --set rl.steps=" +
+                    std::to_string(saved.steps + c.rl.steps) + ")");
+}
 
-rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, const std::atomic<bool>& stop) {
+rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, const std::atomic<bool>& stop) {
   rl_job_result result;
   auto& c = options.config;
   auto& rl = c.rl;
@@ -90,12 +121,17 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
   std::shared_ptr<eval_set> evals;
   try {
     m = make_model(c);
+    for (auto& note : m.data->notes)
+      spdlog::info("{}", note);
+    for (auto& warning : m.data->warnings)
+      spdlog::warn("{}", warning);
     evals = make_eval_set(c, m);
     if (options.resume) {
       resume_from = kernels::trainer::complete_checkpoint(checkpoint_dir);
       if (resume_from.empty())
         throw job_error("--resume: no checkpoint in " + checkpoint_dir + "; start the run without --resume");
       resume = controller_checkpoint::load(resume_from);
+      check_resume_state(*resume, resume_from, c);
       auto saved = kernels::policy_model::load((fs::path{resume_from} / "model").string());
       if (saved.flat().numel() != m.policy->flat().numel())
         throw job_error(resume_from +
@@ -127,7 +163,14 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
     m.tokenizer->save((kept / "tokenizer.json").string());
   }
   if (!evals->prompts.empty()) {
-    auto r = evaluate_policy(*m.policy, *m.tokenizer, *evals, make_eval_options(c, m));
+    auto eo = make_eval_options(c, m);
+    eo.stop = &stop;
+    auto r = evaluate_policy(*m.policy, *m.tokenizer, *evals, eo);
+    if (r.stopped) {
+      result.why = "stopped during the evaluation before RL";
+      spdlog::info("{}", result.why);
+      return result;
+    }
     result.accuracy_before = r.accuracy;
     spdlog::info("held-out greedy accuracy {} RL: {:.1f}% ({} prompts; {})", resume ? "at resume, during" : "before",
                  100 * r.accuracy, evals->prompts.size(), by_difficulty_text(r));
@@ -181,7 +224,7 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
 
   caf::scoped_actor self{sys};
   controller_setup cs;
-  cs.source = training_source(c);
+  cs.source = training_source(c, m);
   cs.encode = [tokenizer = m.tokenizer](const std::string& text) { return tokenizer->encode(text); };
   cs.group_size = rl.group_size;
   cs.batch_size = rl.batch_size;
@@ -315,8 +358,11 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
             [](caf::error&) {});
 
   // Evaluation of the final weights.
-  if (!evals->prompts.empty() && result.exit_code == 0)
-    evaluate_final(self, side, remote_trainer, m, *evals, make_eval_options(c, m), options.run_dir, result);
+  if (!evals->prompts.empty() && result.exit_code == 0) {
+    auto eo = make_eval_options(c, m);
+    eo.stop = &stop;
+    evaluate_final(self, side, remote_trainer, m, *evals, eo, options.run_dir, result);
+  }
   for (auto& r : rollouts)
     self->send_exit(r, caf::exit_reason::user_shutdown);
   if (!remote_trainer)
@@ -347,9 +393,19 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
             },
             [](caf::error& err) { spdlog::warn("cannot collect the other nodes' trace spans: {}", describe(err)); });
   }
-  auto trace_path = (options.run_dir / "trace.json").string();
-  if (!trace->write_chrome_trace(trace_path))
-    spdlog::warn("cannot write {}", trace_path);
+  // The outputs: each written whole or not at all, and the last line names only those written.
+  std::vector<std::string> written, failed;
+  auto output = [&](const std::string& name, const auto& write) {
+    try {
+      write();
+      written.push_back(name);
+    } catch (const file_error& e) {
+      failed.push_back(e.what());
+      spdlog::error("{}", e.what());
+    }
+  };
+  output("trace.json (open in https://ui.perfetto.dev)",
+         [&] { trace->write_chrome_trace((options.run_dir / "trace.json").string()); });
   auto& s = result.stats;
   nlohmann::json summary = {{"why", result.why},
                             {"exit_code", result.exit_code},
@@ -369,16 +425,46 @@ rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, 
                             {"reward_refused_while_full", result.reward.refused},
                             {"sft_seconds", result.sft_seconds},
                             {"rl_seconds", result.rl_seconds}};
-  std::ofstream(options.run_dir / "summary.json") << summary.dump(2) << "\n";
+  output("summary.json", [&] { write_file_atomically(options.run_dir / "summary.json", summary.dump(2) + "\n"); });
   if (result.accuracy_before >= 0 && result.accuracy_after >= 0)
     spdlog::info("held-out accuracy: {:.1f}% before RL -> {:.1f}% after RL ({:+.1f} points); {} steps in {:.0f} s",
                  100 * result.accuracy_before, 100 * result.accuracy_after,
                  100 * (result.accuracy_after - result.accuracy_before), s.steps, result.rl_seconds);
-  spdlog::info(
-      "outputs in {}: metrics.jsonl, trace.json (open in https://ui.perfetto.dev), checkpoint/, sft_model/, "
-      "summary.json",
-      options.run_dir.string());
+  std::vector<std::string> present;
+  for (auto name : {"metrics.jsonl", "checkpoint/", "sft_model/"})
+    if (fs::exists(options.run_dir / name))
+      present.push_back(name);
+  written.insert(written.begin(), present.begin(), present.end());
+  std::string names;
+  for (auto& n : written)
+    names += (names.empty() ? "" : ", ") + n;
+  spdlog::info("outputs in {}: {}", options.run_dir.string(), names);
+  if (!failed.empty()) {
+    spdlog::error("{} output(s) could not be written; the run ends with exit code 1", failed.size());
+    if (result.exit_code == 0) {
+      result.exit_code = 1;
+      result.why = failed.front();
+    }
+  }
   return result;
+}
+
+}  // namespace
+
+// No exception leaves the job: bad input found late is exit 2, anything else exit 1, with the reason.
+rl_job_result run_rl_job(caf::actor_system& sys, const rl_job_options& options, const std::atomic<bool>& stop) {
+  rl_job_result failed;
+  try {
+    return run_job(sys, options, stop);
+  } catch (const job_error& e) {
+    failed.exit_code = 2;
+    failed.why = e.what();
+  } catch (const std::exception& e) {
+    failed.exit_code = 1;
+    failed.why = std::string{"the run failed: "} + e.what();
+  }
+  spdlog::error("{}", failed.why);
+  return failed;
 }
 
 rl_job_result run_rl_job(const rl_job_options& options, const std::atomic<bool>& stop) {

@@ -49,10 +49,17 @@ batch_facts describe_batch(const std::vector<sample_summary>& batch, int64_t ver
 }
 
 run_metrics::run_metrics(const std::string& path, std::shared_ptr<tracer> trace, double elapsed_before,
-                         bool remote_weights)
+                         bool remote_weights, std::optional<uint64_t> keep_bytes)
     : trace_(std::move(trace)), remote_weights_(remote_weights), elapsed_before_(elapsed_before) {
-  if (!path.empty())
-    file_.open(path, std::ios::app);
+  if (path.empty())
+    return;
+  try {
+    if (keep_bytes)
+      truncate_file(path, *keep_bytes);
+    file_ = append_only_file(path);
+  } catch (const file_error& e) {
+    failure_ = e.what();
+  }
 }
 
 double run_metrics::run_seconds() const {
@@ -71,10 +78,15 @@ void run_metrics::transfer_failed() {
   window_transfer_errors_++;
 }
 
-void run_metrics::write(const std::string& line) {
-  if (file_.is_open()) {
-    file_ << line << "\n";
-    file_.flush();
+void run_metrics::write(const std::string& line, bool sync) {
+  if (!file_.is_open() || !failure_.empty())
+    return;
+  try {
+    file_.append(line + "\n");
+    if (sync)
+      file_.sync();
+  } catch (const file_error& e) {
+    failure_ = e.what();
   }
 }
 
@@ -136,7 +148,7 @@ void run_metrics::step(const batch_facts& b, const train_report& report, const s
   line["dropped"] = c.dropped;
   line["running"] = c.running;
   line["buffered"] = c.buffered;
-  write(line.dump());
+  write(line.dump(), true);
   window_start_ = now;
   window_generated_ = 0;
 }
@@ -167,7 +179,7 @@ void run_metrics::end(const std::string& why, const step_counters& c, const std:
                          {"dropped", c.dropped}, {"drop_reasons", drops}};
   if (!unfinished.empty())
     line["unfinished"] = unfinished;
-  write(line.dump());
+  write(line.dump(), true);
 }
 
 }  // namespace areal

@@ -56,7 +56,7 @@ bool warm_start(const run_config& c, model_parts& m, const std::atomic<bool>& st
   tc.optimizer.min_lr_ratio = 0.1;
   tc.seed = stream_seed(c.run.seed, 5);
   kernels::trainer sft(*m.policy, tc);
-  auto source = demonstration_source(c);
+  auto source = demonstration_source(c, m);
   auto start = clock_type::now();
   double loss = 0;
   for (int64_t step = 0; step < c.sft.steps; ++step) {
@@ -66,11 +66,12 @@ bool warm_start(const run_config& c, model_parts& m, const std::atomic<bool>& st
     while (static_cast<int64_t>(batch.size()) < c.sft.batch_size) {
       auto item = source->next();
       if (!item) {
-        source->restore(0);  // a finite dataset: another epoch
+        // A finite dataset: another epoch (check_inputs made sure it holds a demonstration).
+        if (source->position() == 0)
+          throw job_error("the warm start has no demonstration to train on");
+        source->restore(0);
         continue;
       }
-      if (item->worked_solution.empty() && c.task.kind == "jsonl")
-        continue;  // an item without a demonstration (a truncated running sum is one: it stops at once)
       kernels::sft_sample s;
       s.prompt = m.tokenizer->encode(item->prompt);
       s.response = m.tokenizer->encode(item->worked_solution);

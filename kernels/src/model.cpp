@@ -1,5 +1,6 @@
 #include "areal/kernels/model.hpp"
 #include "areal/kernels/precision.hpp"
+#include "areal/runtime/files.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -229,7 +230,10 @@ void policy_model::load_tensors(const tensor_map& tensors, const std::string& so
                          ", the config needs " + shape_text(e.shape));
     auto type = to_scalar_type(t.type, source + ": tensor \"" + e.name + "\"");
     auto blob = at::from_blob(const_cast<char*>(t.data.data()), {e.numel}, at::TensorOptions().dtype(type));
-    flat_.narrow(0, e.offset, e.numel).copy_(blob);
+    auto target = flat_.narrow(0, e.offset, e.numel);
+    target.copy_(blob);
+    if (!at::isfinite(target).all().item<bool>())
+      throw format_error(source + ": tensor \"" + e.name + "\" holds NaN or infinite values; the weights are damaged");
   }
   for (auto& [name, t] : tensors) {
     bool known = std::any_of(layout_.begin(), layout_.end(), [&](auto& e) { return e.name == name; });
@@ -259,8 +263,11 @@ tensor_map policy_model::to_tensors() const {
 void policy_model::save(const std::string& directory, uint64_t max_shard_bytes) const {
   std::filesystem::create_directories(directory);
   write_checkpoint(directory, to_tensors(), max_shard_bytes);
-  auto path = (std::filesystem::path{directory} / "config.json").string();
-  std::ofstream(path) << to_config_json(config_);
+  try {
+    write_file_atomically(std::filesystem::path{directory} / "config.json", to_config_json(config_));
+  } catch (const file_error& e) {
+    throw format_error(e.what());
+  }
 }
 
 policy_model policy_model::load(const std::string& directory, at::TensorOptions options) {

@@ -61,8 +61,18 @@ model_config parse_model_config(const std::string& text, const std::string& sour
       out = j[key].get<double>();
     }
   };
-  if (j.contains("model_type") && j["model_type"].is_string())
+  auto get_bool = [&](const char* key, bool fallback) {
+    if (!j.contains(key) || j[key].is_null())
+      return fallback;
+    if (!j[key].is_boolean())
+      throw format_error(source + ": key \"" + key + "\" must be true or false, not " + j[key].dump());
+    return j[key].get<bool>();
+  };
+  if (j.contains("model_type")) {
+    if (!j["model_type"].is_string())
+      throw format_error(source + ": key \"model_type\" must be a string, not " + j["model_type"].dump());
     c.model_type = j["model_type"].get<std::string>();
+  }
   if (c.model_type != "qwen2" && c.model_type != "llama")
     throw format_error(source + ": model_type \"" + c.model_type + "\" is not supported; use qwen2 or llama");
   get_int("vocab_size", c.vocab_size, true);
@@ -75,10 +85,9 @@ model_config parse_model_config(const std::string& text, const std::string& sour
   get_int("max_position_embeddings", c.max_position_embeddings, false);
   get_number("rms_norm_eps", c.rms_norm_eps);
   get_number("rope_theta", c.rope_theta);
-  if (j.contains("tie_word_embeddings"))
-    c.tie_word_embeddings = j["tie_word_embeddings"].get<bool>();
+  c.tie_word_embeddings = get_bool("tie_word_embeddings", c.tie_word_embeddings);
   // Qwen2 always has QKV biases; Llama says so with attention_bias.
-  c.attention_bias = c.model_type == "qwen2" ? true : j.value("attention_bias", false);
+  c.attention_bias = c.model_type == "qwen2" ? true : get_bool("attention_bias", false);
   if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer())
     c.bos_token_id = j["bos_token_id"].get<int64_t>();
   if (j.contains("eos_token_id") && j["eos_token_id"].is_number_integer())
@@ -86,7 +95,7 @@ model_config parse_model_config(const std::string& text, const std::string& sour
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
     throw format_error(source + ": rope_scaling " + j["rope_scaling"].dump() +
                        " is not supported; only plain rotary embeddings");
-  if (j.value("use_sliding_window", false))
+  if (get_bool("use_sliding_window", false))
     throw format_error(source + ": use_sliding_window = true is not supported; attention is always full causal");
   if (j.contains("hidden_act") && j["hidden_act"] != "silu")
     throw format_error(source + ": hidden_act " + j["hidden_act"].dump() + " is not supported; only silu (SwiGLU)");

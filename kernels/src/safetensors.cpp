@@ -1,12 +1,15 @@
 #include "areal/kernels/safetensors.hpp"
+#include "areal/runtime/files.hpp"
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -44,22 +47,13 @@ std::vector<char> read_file(const std::string& path) {
 }
 
 void write_atomically(const std::string& path, const std::vector<std::pair<const char*, size_t>>& parts) {
-  auto temporary = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out)
-      throw format_error(path + ": cannot write (directory missing or not writable?)");
-    for (auto& [data, size] : parts)
-      out.write(data, static_cast<std::streamsize>(size));
-    out.flush();
-    if (!out)
-      throw format_error(path + ": write failed (disk full?)");
-  }
-  std::error_code ec;
-  fs::rename(temporary, path, ec);
-  if (ec) {
-    fs::remove(temporary);
-    throw format_error(path + ": cannot rename the temporary file into place: " + ec.message());
+  std::vector<std::string_view> views;
+  for (auto& [data, size] : parts)
+    views.emplace_back(data, size);
+  try {
+    write_file_atomically(path, views);
+  } catch (const file_error& e) {
+    throw format_error(e.what());
   }
 }
 
@@ -86,6 +80,7 @@ tensor_map read_safetensors(const std::string& path, std::map<std::string, std::
   size_t data_start = 8 + header_len;
   size_t data_size = bytes.size() - data_start;
   tensor_map out;
+  std::vector<std::tuple<uint64_t, uint64_t, std::string>> spans;  // data [begin, end) of each tensor
   for (auto& [name, entry] : header.items()) {
     auto where = path + ": tensor \"" + name + "\"";
     if (name == "__metadata__") {
@@ -111,8 +106,9 @@ tensor_map read_safetensors(const std::string& path, std::map<std::string, std::
       numel *= static_cast<uint64_t>(t.shape.back());
     }
     auto& offsets = entry["data_offsets"];
-    if (!offsets[0].is_number_unsigned() && !offsets[0].is_number_integer())
-      throw format_error(where + ": data_offsets must be integers");
+    for (auto& o : offsets)
+      if (!o.is_number_unsigned())
+        throw format_error(where + ": data_offsets must be non-negative integers, not " + o.dump());
     auto begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
     if (begin > end || end > data_size)
       throw format_error(where + ": data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
@@ -122,8 +118,15 @@ tensor_map read_safetensors(const std::string& path, std::map<std::string, std::
                          std::to_string(numel) + " elements of " + to_string(t.type));
     t.data.assign(bytes.begin() + static_cast<long>(data_start + begin),
                   bytes.begin() + static_cast<long>(data_start + end));
+    spans.push_back({begin, end, name});
     out.emplace(name, std::move(t));
   }
+  // Each tensor owns its bytes: two that share some are a damaged or forged file.
+  std::sort(spans.begin(), spans.end());
+  for (size_t i = 1; i < spans.size(); ++i)
+    if (std::get<0>(spans[i]) < std::get<1>(spans[i - 1]))
+      throw format_error(path + ": tensors \"" + std::get<2>(spans[i - 1]) + "\" and \"" + std::get<2>(spans[i]) +
+                         "\" overlap in the data section; the file is damaged");
   return out;
 }
 

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "areal/kernels/model_config.hpp"
+#include "areal/runtime/files.hpp"
 
 namespace areal::kernels {
 
@@ -291,10 +292,11 @@ std::string tokenizer::to_json() const {
 }
 
 void tokenizer::save(const std::string& path) const {
-  std::ofstream out(path);
-  if (!out)
-    throw format_error(path + ": cannot write");
-  out << to_json();
+  try {
+    write_file_atomically(path, to_json());
+  } catch (const file_error& e) {
+    throw format_error(e.what());
+  }
 }
 
 std::optional<int32_t> tokenizer::token_id(std::string_view token) const {
@@ -409,8 +411,13 @@ std::vector<int32_t> tokenizer::encode(std::string_view text) const {
 std::string tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special) const {
   std::string out;
   for (auto id : ids) {
-    if (id < 0 || id >= vocab_size())
-      throw std::invalid_argument("token id " + std::to_string(id) + " is outside the vocabulary");
+    if (id < 0)
+      throw std::invalid_argument("token id " + std::to_string(id) + " is negative");
+    if (id >= vocab_size()) {
+      // A model's vocabulary may be padded past its tokenizer's: such an id has no text.
+      out += "\xEF\xBF\xBD";  // U+FFFD
+      continue;
+    }
     auto special = std::find_if(added_.begin(), added_.end(), [&](auto& a) { return a.id == id; });
     if (special != added_.end()) {
       if (!(skip_special && special->special))

@@ -1,4 +1,5 @@
 #include "areal/kernels/trainer.hpp"
+#include "areal/runtime/files.hpp"
 
 #include <ATen/Parallel.h>
 
@@ -391,36 +392,40 @@ void trainer::save_checkpoint(const std::string& directory,
                               const std::map<std::string, std::string>& extra_files) const {
   // Write everything into a fresh sibling directory, then swap it into place:
   // at every moment either the old or the new checkpoint is complete on disk.
+  // A write that fails (a full disk) removes the fresh one and keeps the old.
   fs::path target{directory};
   auto fresh = fs::path{directory + ".new"};
   auto old = fs::path{directory + ".old"};
-  fs::remove_all(fresh);
-  fs::create_directories(fresh);
-  model_.save((fresh / "model").string());
-  tensor_map state;
-  state.emplace("adam_m", to_stored(adam_m_));
-  state.emplace("adam_v", to_stored(adam_v_));
-  write_safetensors((fresh / "optimizer.safetensors").string(), state);
-  std::ostringstream rng;
-  rng << rng_;
-  nlohmann::json j = {{"format", checkpoint_format},        {"optimizer_step", step_},
-                      {"policy_version", version_},         {"skipped_total", skipped_total_},
-                      {"skipped_in_row", skipped_in_row_},  {"rng", rng.str()},
-                      {"parameters", model_.flat().numel()}};
-  for (auto& [name, contents] : extra_files) {
-    std::ofstream extra(fresh / name, std::ios::binary);
-    extra << contents;
-    if (!extra)
-      throw training_error((fresh / name).string() + ": cannot write the checkpoint");
-  }
-  // Written last: its presence marks a complete checkpoint.
-  std::ofstream(fresh / "trainer_state.json") << j.dump(2) << "\n";
   std::error_code ec;
+  try {
+    fs::remove_all(fresh);
+    fs::create_directories(fresh);
+    model_.save((fresh / "model").string());
+    tensor_map state;
+    state.emplace("adam_m", to_stored(adam_m_));
+    state.emplace("adam_v", to_stored(adam_v_));
+    write_safetensors((fresh / "optimizer.safetensors").string(), state);
+    std::ostringstream rng;
+    rng << rng_;
+    nlohmann::json j = {{"format", checkpoint_format},        {"optimizer_step", step_},
+                        {"policy_version", version_},         {"skipped_total", skipped_total_},
+                        {"skipped_in_row", skipped_in_row_},  {"rng", rng.str()},
+                        {"parameters", model_.flat().numel()}};
+    for (auto& [name, contents] : extra_files)
+      write_file_atomically(fresh / name, contents);
+    // Written last: its presence marks a complete checkpoint.
+    write_file_atomically(fresh / "trainer_state.json", j.dump(2) + "\n");
+    sync_directory(fresh);
+  } catch (const std::exception& e) {
+    fs::remove_all(fresh, ec);
+    throw training_error(std::string{"not written: "} + e.what());
+  }
   fs::remove_all(old, ec);
   if (fs::exists(target))
     fs::rename(target, old);
   fs::rename(fresh, target);
   fs::remove_all(old, ec);
+  sync_directory(target.parent_path().empty() ? fs::path{"."} : target.parent_path());
 }
 
 void trainer::load_checkpoint(const std::string& directory) {

@@ -514,6 +514,7 @@ caf::expected<std::vector<char>> encode(const run_state& x) {
   root.setGeneratedTokens(x.generated_tokens);
   root.setTrainedTokens(x.trained_tokens);
   root.setElapsedS(x.elapsed_s);
+  root.setMetricsBytes(x.metrics_bytes);
   return finish(builder);
 }
 
@@ -541,10 +542,14 @@ caf::expected<run_state> decode<run_state>(const char* data, size_t size) {
         x.generated_tokens = r.getGeneratedTokens();
         x.trained_tokens = r.getTrainedTokens();
         x.elapsed_s = r.getElapsedS();
-        if (x.version < 0 || x.steps < 0 || x.trained < 0 || x.dropped < 0 || x.admitted != x.trained + x.dropped)
+        x.metrics_bytes = r.getMetricsBytes();
+        if (x.version < 0 || x.steps < 0 || x.trained < 0 || x.dropped < 0 || x.admitted != x.trained + x.dropped ||
+            x.metrics_bytes < -1 || x.generated_tokens < 0 || x.trained_tokens < 0 || !(x.elapsed_s >= 0))
           return invalid("run_state: impossible counters (version " + std::to_string(x.version) + ", steps " +
-                         std::to_string(x.steps) + ", admitted " + std::to_string(x.admitted) + " != trained " +
-                         std::to_string(x.trained) + " + dropped " + std::to_string(x.dropped) + ")");
+                         std::to_string(x.steps) + ", admitted " + std::to_string(x.admitted) + ", trained " +
+                         std::to_string(x.trained) + ", dropped " + std::to_string(x.dropped) + ", tokens " +
+                         std::to_string(x.generated_tokens) + "/" + std::to_string(x.trained_tokens) + ", elapsed " +
+                         std::to_string(x.elapsed_s) + " s, metrics bytes " + std::to_string(x.metrics_bytes) + ")");
         return x;
       });
 }

@@ -30,10 +30,10 @@ bool trajectory::operator==(const trajectory& o) const {
 bool run_state::operator==(const run_state& o) const {
   return std::tie(version, steps, admitted, trained, dropped, drop_reasons, max_staleness, reward_mean_first,
                   reward_mean_last, source_position, requeue, dropped_positions, next_group, generated_tokens,
-                  trained_tokens, elapsed_s) ==
+                  trained_tokens, elapsed_s, metrics_bytes) ==
          std::tie(o.version, o.steps, o.admitted, o.trained, o.dropped, o.drop_reasons, o.max_staleness,
                   o.reward_mean_first, o.reward_mean_last, o.source_position, o.requeue, o.dropped_positions,
-                  o.next_group, o.generated_tokens, o.trained_tokens, o.elapsed_s);
+                  o.next_group, o.generated_tokens, o.trained_tokens, o.elapsed_s, o.metrics_bytes);
 }
 
 bool tensor_entry::operator==(const tensor_entry& o) const {

@@ -8,7 +8,7 @@ namespace areal {
 
 std::string usage() {
   return R"(usage: areal --config FILE [--node NAME] [--role ROLE[,ROLE...]] [--set KEY=VALUE]...
-             [--run-dir DIR] [--resume] [--log-level LEVEL]
+             [--run-dir DIR] [--resume | --fresh] [--log-level LEVEL]
        areal --config FILE --make-certs
        areal --help | --help-config | --version
 
@@ -20,6 +20,8 @@ Runs one node of an areal topology: one CAF actor system per process.
   --set KEY=VALUE   override any key, e.g. --set run.hold_s=5 --set nodes.worker.port=7101
   --run-dir DIR     where outputs go (default: run.output_dir/run.name)
   --resume          continue the run from the checkpoint in its run directory
+  --fresh           start a new run where one exists already: the old run directory is moved aside
+                    (to DIR.replaced-TIME); without --resume or --fresh an existing run is not touched
   --log-level L     trace, debug, info (default), warn, error
   --make-certs      write a private CA and a certificate for every node of the topology into
                     cluster.certs_dir (for cluster.security = "tls"; an existing CA is kept), then exit
@@ -91,6 +93,8 @@ cli_result parse_cli(int argc, const char* const* argv) {
       o.make_certs = true;
     } else if (arg == "--resume") {
       o.resume = true;
+    } else if (arg == "--fresh") {
+      o.fresh = true;
     } else if (arg == "--log-level") {
       if (!value(v) || (v != "trace" && v != "debug" && v != "info" && v != "warn" && v != "error"))
         return fail("--log-level needs one of trace, debug, info, warn, error");
@@ -99,6 +103,8 @@ cli_result parse_cli(int argc, const char* const* argv) {
       return fail("unknown argument \"" + std::string{argv[i]} + "\"");
     }
   }
+  if (o.resume && o.fresh)
+    return fail("--resume continues the run, --fresh replaces it: pass one of them");
   if (o.config_path.empty() && !o.help && !o.help_config && !o.version)
     return fail("missing --config FILE (the single-node default is configs/single_node.toml)");
   return {o, {}};

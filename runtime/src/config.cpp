@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <variant>
@@ -166,6 +167,11 @@ config_result parse_config(std::string_view text, const std::string& source_name
 }
 
 config_result load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    return {std::nullopt,
+            {path + ": is a directory; --config takes a TOML file, e.g. " +
+             (std::filesystem::path{path} / "single_node.toml").string() + " (examples are in configs/)"}};
   std::ifstream in(path, std::ios::binary);
   if (!in)
     return {std::nullopt,
@@ -173,6 +179,8 @@ config_result load_config(const std::string& path, const std::vector<std::string
              ": cannot open the configuration file; pass an existing file with --config (examples are in configs/)"}};
   std::ostringstream text;
   text << in.rdbuf();
+  if (in.bad())
+    return {std::nullopt, {path + ": cannot read the configuration file"}};
   return parse_config(text.str(), path, overrides);
 }
 

@@ -321,11 +321,23 @@ void check_rules(toml::table& root, context& ctx) {
              std::to_string(*batch) + " is not a multiple of rl.group_size (" + std::to_string(*group) +
                  "): a batch holds whole groups; use e.g. " +
                  std::to_string(std::max<int64_t>(1, *batch / *group) * *group));
+  bool rl_run = root["run"]["job"].value<std::string>().value_or("rl") == "rl";
+  if (rl_run && group && *group == 1)
+    ctx.fail(ctx.where(root["rl"]["group_size"].node()), "rl.group_size",
+             "1: every advantage estimator here (grpo, dr_grpo, rloo) compares a sample with the others of its "
+             "group, so a group of one has advantage 0 and nothing is learned; use at least 2");
   auto kind = root["task"]["kind"].value<std::string>();
   auto train = root["task"]["train_path"].value<std::string>();
   if (kind && *kind == "jsonl" && train && *train == "-")
     ctx.fail(ctx.where(root["task"]["kind"].node()), "task.kind",
              "jsonl needs task.train_path (a JSONL file of prompts); set it, or use kind = \"running_sums\"");
+  for (auto key : {"train_path", "eval_path"}) {
+    auto path = root["task"][key].value<std::string>();
+    if (kind && *kind != "jsonl" && path && *path != "-")
+      ctx.fail(ctx.where(root["task"][key].node()), std::string{"task."} + key,
+               "is read only by kind = \"jsonl\" and task.kind is \"" + *kind +
+                   "\" (its tasks are generated); remove it, or set kind = \"jsonl\"");
+  }
 
   // Keys whose every value this build cannot honour are refused, never ignored.
   auto device = root["model"]["device"].value<std::string>();
@@ -351,7 +363,6 @@ void check_rules(toml::table& root, context& ctx) {
                  "); use at most that (0: no overlong penalty)");
 
   // One node trains: the controller's, or a node of its own.
-  bool rl_job = root["run"]["job"].value<std::string>().value_or("rl") == "rl";
   std::vector<std::string> trainers;
   for (size_t i = 0; ctx.errors.empty() && i < nodes->size(); ++i) {
     auto* t = (*nodes)[i].as_table();
@@ -362,7 +373,7 @@ void check_rules(toml::table& root, context& ctx) {
       if (r.value<std::string>() == "trainer")
         trainers.push_back("nodes[" + std::to_string(i) + "]");
   }
-  if (ctx.errors.empty() && rl_job && trainers.size() != 1)
+  if (ctx.errors.empty() && rl_run && trainers.size() != 1)
     ctx.fail(ctx.where(nodes), "nodes",
              trainers.empty()
                  ? "an RL run needs one node with the role \"trainer\" (the controller's, or one of its own)"

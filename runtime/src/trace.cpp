@@ -1,5 +1,6 @@
 // The run's trace: spans per track, written as a Chrome/Perfetto trace (see trace.hpp).
 #include "areal/runtime/trace.hpp"
+#include "areal/runtime/files.hpp"
 
 #include <chrono>
 #include <cstdio>
@@ -71,7 +72,7 @@ double tracer::seconds_in(const std::string& what) const {
   return 0;
 }
 
-bool tracer::write_chrome_trace(const std::string& path) const {
+void tracer::write_chrome_trace(const std::string& path) const {
   nlohmann::json events = nlohmann::json::array();
   {
     std::lock_guard<std::mutex> guard{mutex_};
@@ -97,14 +98,7 @@ bool tracer::write_chrome_trace(const std::string& path) const {
                         {"ts", 0},
                         {"args", {{"count", spans_left_out_}}}});
   }
-  auto temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary);
-    out << nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() << "\n";
-    if (!out)
-      return false;
-  }
-  return std::rename(temporary.c_str(), path.c_str()) == 0;
+  write_file_atomically(path, nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() + "\n");
 }
 
 }  // namespace areal

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <stdexcept>
 
@@ -98,15 +99,22 @@ std::string running_sum_alphabet() {
   return "0123456789+=;";
 }
 
-std::unique_ptr<task_source> jsonl_source(const std::string& path) {
+std::vector<task_item> read_jsonl(const std::string& path, jsonl_counts* counts) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw std::invalid_argument(path + ": is a directory; a dataset is a JSONL file (one task per line)");
   std::ifstream in(path);
   if (!in)
     throw std::invalid_argument(path + ": cannot open the dataset");
   std::vector<task_item> items;
   std::string line;
-  for (size_t number = 1; std::getline(in, line); ++number) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos)
+  size_t number = 1;
+  for (; std::getline(in, line); ++number) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) {
+      if (counts)
+        counts->blank_lines++;
       continue;
+    }
     auto where = path + ":" + std::to_string(number);
     nlohmann::json j;
     try {
@@ -142,7 +150,19 @@ std::unique_ptr<task_source> jsonl_source(const std::string& path) {
       throw std::invalid_argument(text.rfind(path, 0) == 0 ? text : where + ": " + text);
     }
   }
+  if (in.bad())
+    throw std::invalid_argument(path + ":" + std::to_string(number) + ": read failed");
+  if (counts)
+    counts->lines = number - 1;
+  return items;
+}
+
+std::unique_ptr<task_source> item_source(std::vector<task_item> items) {
   return std::make_unique<jsonl_file_source>(std::move(items));
+}
+
+std::unique_ptr<task_source> jsonl_source(const std::string& path) {
+  return item_source(read_jsonl(path));
 }
 
 void write_jsonl(const std::string& path, const std::vector<task_item>& items) {

@@ -4,6 +4,8 @@
 // run, on weights the controller sends it.
 #pragma once
 
+#include <atomic>
+
 #include <map>
 #include <memory>
 #include <vector>
@@ -29,6 +31,7 @@ struct eval_result {
   double accuracy = 0;                                           // fraction judged correct
   double mean_tokens = 0;                                        // mean response length
   std::map<int64_t, std::pair<int64_t, int64_t>> by_difficulty;  // bucket -> (correct, total)
+  bool stopped = false;                                          // `stop` was set: the figures are not complete
 };
 
 struct eval_options {
@@ -37,6 +40,7 @@ struct eval_options {
   int64_t slots = 64;
   int64_t max_seq_len = 256;
   reward::scoring_options scoring;
+  const std::atomic<bool>* stop = nullptr;  // when set (a signal), decoding ends at the next step
 };
 
 eval_result evaluate_policy(kernels::policy_model& model, const kernels::tokenizer& tokenizer, const eval_set& set,

@@ -68,6 +68,11 @@ struct node_run_options {
 /// topology with every role): the RL job of rl_job.hpp.
 bool runs_whole_job(const run_config& config, const node_spec& node);
 
+/// True when this node's process runs the RL job (the whole job, or the
+/// controller's node of a multi-node RL run): it writes the run's metrics,
+/// checkpoints and summary.
+bool runs_rl_job(const run_config& config, const node_spec& node);
+
 /// Runs a whole node process: actor system, publishing, signal handling
 /// (SIGINT/SIGTERM stop the node cleanly; a run writes its checkpoint first)
 /// and shutdown. Returns the exit code.

@@ -6,15 +6,16 @@
 
 #include <chrono>
 #include <cstdint>
-#include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "areal/actors/interfaces.hpp"
 #include "areal/messages/records.hpp"
+#include "areal/runtime/files.hpp"
 #include "areal/runtime/trace.hpp"
 
 namespace areal {
@@ -45,8 +46,17 @@ struct step_counters {
 class run_metrics {
  public:
   /// Appends to `path` (nothing is written when it is empty); `elapsed_before`:
-  /// seconds of the run before a resume.
-  run_metrics(const std::string& path, std::shared_ptr<tracer> trace, double elapsed_before, bool remote_weights);
+  /// seconds of the run before a resume; `keep_bytes` (a resume): the file is
+  /// first cut back to its size at the checkpoint, so no step appears twice.
+  run_metrics(const std::string& path, std::shared_ptr<tracer> trace, double elapsed_before, bool remote_weights,
+              std::optional<uint64_t> keep_bytes = std::nullopt);
+
+  /// The first write that failed (e.g. a full disk), with its file and
+  /// reason; empty while every line was written. Lines after it are not written.
+  const std::string& failure() const { return failure_; }
+  /// Bytes of whole lines in the file, for the checkpoint (what a resume
+  /// keeps); -1 when no file is written.
+  int64_t bytes() const { return file_.is_open() ? static_cast<int64_t>(file_.size()) : -1; }
 
   /// Seconds of the run, resumed runs included.
   double run_seconds() const;
@@ -64,7 +74,8 @@ class run_metrics {
            const std::vector<std::string>& unfinished);
 
  private:
-  void write(const std::string& line);
+  // One line, one write; `sync` makes it durable (at step boundaries).
+  void write(const std::string& line, bool sync = false);
 
   std::shared_ptr<tracer> trace_;
   bool remote_weights_;
@@ -77,7 +88,8 @@ class run_metrics {
   double window_weight_sync_ = 0;
   double window_transfer_s_ = 0;  // slowest remote weight transfer
   int64_t window_transfer_errors_ = 0;
-  std::ofstream file_;
+  append_only_file file_;
+  std::string failure_;
 };
 
 }  // namespace areal

@@ -36,6 +36,7 @@ class tokenizer {
   void save(const std::string& path) const;
 
   std::vector<int32_t> encode(std::string_view text) const;
+  /// Ids past the vocabulary (a padded model vocabulary) decode as U+FFFD; a negative id throws.
   std::string decode(const std::vector<int32_t>& ids, bool skip_special = false) const;
 
   int32_t vocab_size() const { return static_cast<int32_t>(id_to_token_.size()); }

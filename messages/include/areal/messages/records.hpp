@@ -106,7 +106,7 @@ struct io_case_record {
 struct reward_task {
   task_kind kind = task_kind::math;
   std::vector<std::string> references;    // math
-  bool last_number_answer = false;         // math: the response's last number is its answer (running sums)
+  bool last_number_answer = false;        // math: the response's last number is its answer (running sums)
   std::vector<int64_t> numbers;           // countdown
   int64_t target = 0;                     // countdown
   std::vector<io_case_record> io_cases;   // code
@@ -150,7 +150,8 @@ struct run_state {
   uint64_t next_group = 0;
   int64_t generated_tokens = 0;
   int64_t trained_tokens = 0;
-  double elapsed_s = 0;  // run time before this checkpoint
+  double elapsed_s = 0;        // run time before this checkpoint
+  int64_t metrics_bytes = -1;  // size of metrics.jsonl at this checkpoint (a resume cuts it back); -1: not recorded
   bool operator==(const run_state&) const;
 };
 

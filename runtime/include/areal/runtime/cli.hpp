@@ -16,6 +16,7 @@ struct cli_options {
   std::vector<std::string> overrides;      // --set KEY=VALUE, in order
   std::optional<std::string> run_dir;      // --run-dir DIR
   bool resume = false;                     // --resume: continue from the run directory's checkpoint
+  bool fresh = false;                      // --fresh: move an existing run aside and start anew
   std::string log_level = "info";
   bool help = false;
   bool help_config = false;

@@ -35,8 +35,8 @@ class tracer {
     int64_t start_ns, end_ns;
   };
   std::vector<span_record> spans() const;
-  /// Writes the Chrome-trace JSON (atomically: a temporary file renamed). Returns false on failure.
-  bool write_chrome_trace(const std::string& path) const;
+  /// Writes the Chrome-trace JSON atomically (files.hpp); throws file_error.
+  void write_chrome_trace(const std::string& path) const;
 
   /// Records a span over its own lifetime.
   class scope {

@@ -59,6 +59,17 @@ std::string running_sum_alphabet();
 /// "assertions": [...], "test_setup": "...", "entry_points": [...], "case_time_s": s, "total_time_s": s,
 /// "partial_credit": bool}}. Errors name the file and line.
 std::unique_ptr<task_source> jsonl_source(const std::string& path);
+
+/// What reading a JSONL file met besides its items.
+struct jsonl_counts {
+  size_t lines = 0;        // lines in the file
+  size_t blank_lines = 0;  // skipped
+};
+/// The items of a JSONL file in file order (the format of jsonl_source); a
+/// malformed line is an error naming the file and line.
+std::vector<task_item> read_jsonl(const std::string& path, jsonl_counts* counts = nullptr);
+/// A finite source over items (positions are indices into them).
+std::unique_ptr<task_source> item_source(std::vector<task_item> items);
 /// Writes items in that format.
 void write_jsonl(const std::string& path, const std::vector<task_item>& items);
 
