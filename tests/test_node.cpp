@@ -11,6 +11,7 @@
 #include <caf/all.hpp>
 #include <caf/io/middleman.hpp>
 
+#include "areal/actors/exception_guard.hpp"
 #include "areal/actors/node.hpp"
 #include "sample_records.hpp"
 
@@ -294,4 +295,27 @@ TEST_CASE("every message type round-trips between two processes over loopback") 
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
   close(fds[0]);
+}
+
+TEST_CASE("an exception escaping an actor's handler ends it with an error that says what was thrown") {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  for (bool guarded : {true, false}) {
+    auto thrower = sys.spawn([guarded](caf::event_based_actor* a) -> caf::behavior {
+      if (guarded)
+        areal::guard_exceptions(a, "the test actor");
+      return {[](int) -> int { throw std::runtime_error("the tokenizer has no id 99"); }};
+    });
+    self->monitor(thrower);
+    self->send(thrower, 1);
+    std::string reason;
+    self->receive([&](caf::down_msg& down) { reason = sys.render(down.reason); },
+                  caf::after(std::chrono::seconds(10)) >> [&] { reason = "no down message"; });
+    if (guarded)
+      CHECK_MESSAGE(reason.find("the test actor: unhandled exception: the tokenizer has no id 99") != std::string::npos,
+                    reason);
+    else  // CAF's own handler: the text is lost (what the guard is for)
+      CHECK_MESSAGE(reason.find("the tokenizer has no id 99") == std::string::npos, reason);
+  }
 }

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "areal/runtime/log.hpp"
+#include "areal/actors/exception_guard.hpp"
 #include "controller_state.hpp"
 
 namespace areal {
@@ -278,6 +279,7 @@ void fill(controller_pointer self) {
 controller_actor spawn_controller(caf::actor_system& sys, controller_setup setup) {
   using namespace controller_detail;
   return sys.spawn([setup = std::move(setup)](controller_pointer self) mutable -> controller_actor::behavior_type {
+    guard_exceptions(self, "controller");
     start(self, std::move(setup));
     self->set_down_handler([self](caf::down_msg& down) { on_member_down(self, down); });
     arm_member_deadline(self);

@@ -1,5 +1,6 @@
 // The evaluator actor: greedy decoding of the held-out prompts with the weights it is given (see evaluator.hpp).
 #include "areal/actors/evaluator.hpp"
+#include "areal/actors/exception_guard.hpp"
 
 #include <ATen/Parallel.h>
 
@@ -64,6 +65,7 @@ evaluator_actor spawn_evaluator(caf::actor_system& sys, evaluator_setup setup) {
   return sys.spawn<caf::detached>(
       [setup = std::move(setup)](
           evaluator_actor::stateful_pointer<evaluator_state> self) mutable -> evaluator_actor::behavior_type {
+        guard_exceptions(self, "evaluator");
         self->state.setup = std::move(setup);
         self->state.model = std::make_unique<kernels::policy_model>(self->state.setup.model);
         return {

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "areal/actors/node.hpp"
+#include "areal/actors/exception_guard.hpp"
 #include "areal/actors/rl_job.hpp"
 #include "areal/runtime/certs.hpp"
 #include "areal/runtime/log.hpp"
@@ -280,6 +281,7 @@ void start(node_pointer self, node_setup setup) {
 }
 
 node_actor::behavior_type node_behavior(node_pointer self, node_setup setup) {
+  guard_exceptions(self, "node " + setup.self.name);
   start(self, std::move(setup));
   return {
       [self](packed<node_hello>& msg) -> caf::result<packed<node_hello>> {

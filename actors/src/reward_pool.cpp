@@ -1,5 +1,6 @@
 // The reward pool's dispatcher and workers.
 #include "areal/actors/reward_pool.hpp"
+#include "areal/actors/exception_guard.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -314,6 +315,7 @@ void on_worker_down(pool_pointer self, const caf::down_msg& down) {
 }
 
 reward_pool_impl::behavior_type reward_pool(pool_pointer self, reward_pool_config config) {
+  guard_exceptions(self, "reward pool");
   auto& state = self->state;
   if (!config.scorer) {
     auto options = config.scoring;

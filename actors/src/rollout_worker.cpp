@@ -12,6 +12,7 @@
 #include <caf/all.hpp>
 
 #include "areal/actors/rollout.hpp"
+#include "areal/actors/exception_guard.hpp"
 #include "areal/runtime/log.hpp"
 
 namespace areal {
@@ -209,6 +210,7 @@ std::optional<caf::error> submit(rollout_pointer self, packed<generation_request
 }
 
 rollout_actor::behavior_type rollout_behavior(rollout_pointer self, rollout_setup setup) {
+  guard_exceptions(self, "rollout " + setup.name);
   self->state.setup = std::move(setup);
   auto& s = self->state.setup;
   self->state.engine = std::make_unique<kernels::generation_engine>(*s.model, s.engine, s.initial_version);

@@ -1,6 +1,7 @@
 // The sample store's behaviour (see sample_store.hpp): trajectories by slot,
 // decoded once on arrival, handed to the trainer by pointer.
 #include "areal/actors/sample_store.hpp"
+#include "areal/actors/exception_guard.hpp"
 
 #include <algorithm>
 #include <map>
@@ -46,6 +47,7 @@ using store_pointer = sample_store_actor::stateful_pointer<store_state>;
 
 sample_store_actor spawn_sample_store(caf::actor_system& sys, trainer_actor trainer) {
   return sys.spawn([trainer](store_pointer self) -> sample_store_actor::behavior_type {
+    guard_exceptions(self, "sample store");
     self->state.trainer = trainer;
     return {
         [self](packed<trajectory>& bytes) -> caf::result<sample_summary> {

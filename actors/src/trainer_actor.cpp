@@ -1,6 +1,7 @@
 // The trainer actor's behaviour: group advantages, one decoupled-PPO update per
 // batch, and a snapshot of the new weights for the rollout workers.
 #include "areal/actors/trainer_actor.hpp"
+#include "areal/actors/exception_guard.hpp"
 
 #include "areal/actors/run_checkpoint.hpp"
 
@@ -151,6 +152,7 @@ caf::result<train_report> train(trainer_pointer self, const std::vector<trajecto
 trainer_actor spawn_trainer(caf::actor_system& sys, trainer_setup setup) {
   return sys.spawn<caf::detached>(
       [setup = std::move(setup)](trainer_pointer self) mutable -> trainer_actor::behavior_type {
+        guard_exceptions(self, "trainer");
         auto& st = self->state;
         st.setup = std::move(setup);
         st.trainer = std::make_unique<kernels::trainer>(*st.setup.model, st.setup.config);

@@ -2,6 +2,7 @@
 // announces each to every subscriber, sends it over their bulk links and
 // collects their reports. Also the backend names shared by both sides.
 #include "areal/actors/weight_transport.hpp"
+#include "areal/actors/exception_guard.hpp"
 
 #include <ATen/ATen.h>
 
@@ -182,6 +183,7 @@ bulk_sender_actor::behavior_type bulk_sender(bulk_sender_actor::pointer self,
 }
 
 weight_publisher_actor::behavior_type publisher_behavior(publisher_pointer self, weight_publisher_setup setup) {
+  guard_exceptions(self, "weight publisher");
   self->state.setup = std::move(setup);
   self->set_down_handler([self](caf::down_msg& down) {
     auto& st = self->state;

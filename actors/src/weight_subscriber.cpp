@@ -3,6 +3,7 @@
 // damaged one again, skips to the newest version and hands it to the node's
 // rollout workers.
 #include "areal/actors/weight_transport.hpp"
+#include "areal/actors/exception_guard.hpp"
 
 #include <ATen/ATen.h>
 
@@ -217,6 +218,7 @@ void fetch_newest(subscriber_pointer self) {
 }
 
 weight_subscriber_actor::behavior_type subscriber_behavior(subscriber_pointer self, weight_subscriber_setup setup) {
+  guard_exceptions(self, "weight subscriber");
   auto& st = self->state;
   st.setup = std::move(setup);
   st.publisher = caf::actor_cast<weight_publisher_actor>(st.setup.publisher);
