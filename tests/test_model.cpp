@@ -3,8 +3,10 @@
 // the file and tensor named.
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "areal/kernels/device.hpp"
 #include "areal/kernels/model.hpp"
@@ -222,6 +224,33 @@ TEST_CASE("corrupt or mismatched checkpoints are refused naming the file and ten
   SUBCASE("not a safetensors file at all") {
     std::ofstream(file, std::ios::binary) << "hello";
     expect_error("too short");
+  }
+  SUBCASE("two tensors sharing bytes") {
+    // model.norm.weight made to point into the bytes of the first tensor of the data section.
+    auto bad = original;
+    auto at = bad.find("\"model.norm.weight\"");
+    auto offsets = bad.find("\"data_offsets\":[", at) + 16;
+    auto close = bad.find(']', offsets);
+    auto begin_end = bad.substr(offsets, close - offsets);
+    auto width = std::stoll(begin_end.substr(begin_end.find(',') + 1)) - std::stoll(begin_end);
+    auto replacement = "0," + std::to_string(width);
+    replacement.resize(begin_end.size(), ' ');  // JSON whitespace keeps the header's length
+    bad.replace(offsets, begin_end.size(), replacement);
+    std::ofstream(file, std::ios::binary) << bad;
+    expect_error("overlap in the data section");
+  }
+  SUBCASE("weights holding NaN") {
+    auto tensors = read_safetensors(file);
+    auto& norm = tensors["model.norm.weight"];
+    auto nan = std::numeric_limits<float>::quiet_NaN();
+    std::memcpy(norm.data.data(), &nan, sizeof nan);
+    write_safetensors(file, tensors);
+    expect_error("tensor \"model.norm.weight\" holds NaN or infinite values");
+  }
+  SUBCASE("a config.json key of the wrong type") {
+    std::ofstream(dir.path / "config.json") << R"({"model_type": "qwen2", "vocab_size": 40, "hidden_size": 64,
+      "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "tie_word_embeddings": "yes"})";
+    expect_error("key \"tie_word_embeddings\" must be true or false, not \"yes\"");
   }
 }
 

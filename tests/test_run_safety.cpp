@@ -190,6 +190,10 @@ TEST_CASE("inputs that used to crash or hang the job are refused with exit 2 bef
             {"--set", "task.max_terms=64", "--set", "task.max_value=99", "--set", "rl.max_new_tokens=1000"},
             "make prompts of up to 192 tokens; with rl.max_new_tokens = 1000 they need 1192 tokens of context");
   }
+  SUBCASE("a topology without a rollout role") {
+    refused("no-rollout", {"--set", "nodes.local.roles=[\"controller\", \"trainer\", \"reward\"]"},
+            "no node has the role \"rollout\", and an RL run needs one");
+  }
   SUBCASE("an empty JSONL dataset (the warm start used to spin forever)") {
     auto empty = dir.write("empty.jsonl", "\n\n");
     refused("empty", {"--set", "task.kind=jsonl", "--set", "task.train_path=" + empty},
@@ -231,6 +235,34 @@ TEST_CASE("inputs that used to crash or hang the job are refused with exit 2 bef
     std::ofstream(model / "tokenizer.json") << tokenizer.dump();
     refused("vocab", {"--set", "model.path=" + model.string()}, "ids but the model's vocabulary only");
   }
+}
+
+TEST_CASE(
+    "a dataset with characters beyond ASCII and a few prompts longer than the context trains, the long ones "
+    "skipped and counted") {
+  scratch_dir dir{"odd-data"};
+  std::string lines;
+  for (int i = 0; i < 40; ++i) {
+    auto prompt = std::to_string(i) + " + ½ é 😀 =" + (i % 20 == 7 ? std::string(1100, '9') : std::string{});
+    lines += nlohmann::json{{"prompt", prompt},
+                            {"solution", std::to_string(i + 1) + " ü"},
+                            {"task", {{"kind", "math"}, {"references", {std::to_string(i + 1)}}}}}
+                 .dump() +
+             "\n";
+  }
+  auto data = dir.write("odd.jsonl", lines);
+  node_process run(small_run({"--set", "task.kind=jsonl", "--set", "task.train_path=" + data, "--set", "rl.steps=2",
+                              "--run-dir", (dir.path / "run").string()}),
+                   dir.path / "run.log", dir.path);
+  CHECK_MESSAGE(run.wait_exit(60s) == 0, run.log());
+  CHECK_MESSAGE(run.log().find("2 tasks skipped (task 8, 28): the prompt and rl.max_new_tokens = 8 exceed the model's "
+                               "context of 1024 tokens") != std::string::npos,
+                run.log());
+  CHECK(run.log().find("data: 30 training tasks, 8 held out") != std::string::npos);
+  // The character-level tokenizer holds characters, not bytes: it is valid JSON with "é" as one token.
+  auto tokenizer = nlohmann::json::parse(read(dir.path / "run" / "sft_model" / "tokenizer.json"));
+  CHECK(tokenizer["model"]["vocab"].contains("é"));
+  CHECK(tokenizer["model"]["vocab"].contains("😀"));
 }
 
 TEST_CASE("a checkpoint whose controller record disagrees with the trainer's state is refused on resume") {

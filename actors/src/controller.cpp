@@ -5,8 +5,8 @@
 // more work. The course of the run is in controller_steps.cpp.
 #include <algorithm>
 
-#include "areal/runtime/log.hpp"
 #include "areal/actors/exception_guard.hpp"
+#include "areal/runtime/log.hpp"
 #include "controller_state.hpp"
 
 namespace areal {

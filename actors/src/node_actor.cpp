@@ -11,8 +11,8 @@
 #include <caf/openssl/manager.hpp>
 #include <nlohmann/json.hpp>
 
-#include "areal/actors/node.hpp"
 #include "areal/actors/exception_guard.hpp"
+#include "areal/actors/node.hpp"
 #include "areal/actors/rl_job.hpp"
 #include "areal/runtime/certs.hpp"
 #include "areal/runtime/log.hpp"

@@ -11,8 +11,8 @@
 
 #include <caf/all.hpp>
 
-#include "areal/actors/rollout.hpp"
 #include "areal/actors/exception_guard.hpp"
+#include "areal/actors/rollout.hpp"
 #include "areal/runtime/log.hpp"
 
 namespace areal {

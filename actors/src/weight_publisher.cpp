@@ -1,8 +1,8 @@
 // The weight publisher (weight_transport.hpp): holds the newest versions,
 // announces each to every subscriber, sends it over their bulk links and
 // collects their reports. Also the backend names shared by both sides.
-#include "areal/actors/weight_transport.hpp"
 #include "areal/actors/exception_guard.hpp"
+#include "areal/actors/weight_transport.hpp"
 
 #include <ATen/ATen.h>
 

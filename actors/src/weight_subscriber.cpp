@@ -2,8 +2,8 @@
 // version over its bulk link or as CAF chunks, checks every chunk, fetches a
 // damaged one again, skips to the newest version and hands it to the node's
 // rollout workers.
-#include "areal/actors/weight_transport.hpp"
 #include "areal/actors/exception_guard.hpp"
+#include "areal/actors/weight_transport.hpp"
 
 #include <ATen/ATen.h>
 
