@@ -3,8 +3,6 @@
 // step once in metrics.jsonl), a full disk (a 2 MiB tmpfs run directory), and
 // inputs that used to crash or hang the job after minutes of work, each now
 // refused with exit 2 before any work starts. Every wait is bounded.
-#include <doctest/doctest.h>
-
 #include <fstream>
 #include <map>
 #include <set>
@@ -17,6 +15,7 @@
 #include "areal/kernels/trainer.hpp"
 #include "areal/runtime/files.hpp"
 #include "node_process.hpp"
+#include "torch_doctest.hpp"  // after the LibTorch-using headers
 
 namespace fs = std::filesystem;
 using namespace areal;
@@ -99,8 +98,13 @@ TEST_CASE(
   CHECK(read(run_dir / "config.toml") == config_before);
 
   // Killed with steps after its last checkpoint in the metrics.
+  // Polled while the run writes: only the complete lines are counted (the strict reading comes after the kill).
+  auto steps_so_far = [&] {
+    auto text = read(run_dir / "metrics.jsonl");
+    return count_of(text.substr(0, text.rfind('\n') + 1), "\"event\":\"step\"");
+  };
   auto deadline = std::chrono::steady_clock::now() + 60s;
-  while (std::chrono::steady_clock::now() < deadline && metric_steps(run_dir / "metrics.jsonl").size() < 3)
+  while (std::chrono::steady_clock::now() < deadline && steps_so_far() < 3)
     std::this_thread::sleep_for(20ms);
   first.kill(SIGKILL);
   CHECK(first.wait_exit(10s) == 128 + SIGKILL);

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "areal/actors/reward_pool.hpp"
+#include "areal/actors/exception_guard.hpp"
 #include "areal/actors/rl_job.hpp"
 #include "areal/actors/weight_transport.hpp"
 #include "areal/runtime/log.hpp"
@@ -76,6 +77,7 @@ node_members_actor spawn_node_members(caf::actor_system& sys, const run_config& 
                                       node_actor controller_node, std::shared_ptr<tracer> trace) {
   return sys.spawn<caf::detached>([config, self_spec, controller_node,
                                    trace](members_pointer self) -> node_members_actor::behavior_type {
+    guard_exceptions(self, "node members");
     auto& st = self->state;
     st.config = config;
     st.self = self_spec;

@@ -113,6 +113,7 @@ struct worker_link {
 caf::behavior reward_worker(caf::event_based_actor* self, std::shared_ptr<job_board> board,
                             std::shared_ptr<worker_link> link, scorer_fn scorer, reward_pool_impl pool,
                             std::shared_ptr<tracer> trace, std::string track) {
+  guard_exceptions(self, "reward worker " + track);
   return {[=](reward_run_atom) {
     while (auto job = board->take(link->cancel)) {
       link->started_ns.store(steady_ns());
