@@ -43,6 +43,14 @@ struct scratch_dir {
   }
 };
 
+/// A file's bytes (empty when it cannot be read).
+inline std::string read_text(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
 /// A loopback port that was free a moment ago.
 inline uint16_t free_port() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -55,6 +63,20 @@ inline uint16_t free_port() {
   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   close(fd);
   return ntohs(addr.sin_port);
+}
+
+/// The single-node default (configs/single_node.toml) made CI-sized, with `more` arguments after it.
+inline std::vector<std::string> ci_sized_default(const std::vector<std::string>& more = {}) {
+  std::vector<std::string> args{"--config", AREAL_SOURCE_DIR "/configs/single_node.toml",
+                                "--set",    "model.preset=micro",
+                                "--set",    "sft.steps=5",
+                                "--set",    "eval.prompts=8",
+                                "--set",    "eval.every=0",
+                                "--set",    "rl.batch_size=16",
+                                "--set",    "rl.max_new_tokens=8",
+                                "--set",    "reward.workers=1"};
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
 }
 
 class node_process {

@@ -127,20 +127,9 @@ TEST_CASE("a node of another cluster is refused") {
 
 TEST_CASE("the single-node default runs the RL job; SIGINT checkpoints it and --resume finishes it") {
   scratch_dir dir{"single"};
-  // The default configuration, made CI-sized.
-  std::vector<std::string> args{"--config", AREAL_SOURCE_DIR "/configs/single_node.toml",
-                                "--set",    "model.preset=micro",
-                                "--set",    "sft.steps=5",
-                                "--set",    "eval.prompts=8",
-                                "--set",    "eval.every=0",
-                                "--set",    "rl.batch_size=16",
-                                "--set",    "rl.max_new_tokens=8",
-                                "--set",    "rl.checkpoint_every=2",
-                                "--set",    "reward.workers=1"};
-  auto with = [&](std::vector<std::string> more) {
-    auto all = args;
-    all.insert(all.end(), more.begin(), more.end());
-    return all;
+  auto with = [](std::vector<std::string> more) {
+    more.insert(more.begin(), {"--set", "rl.checkpoint_every=2"});
+    return ci_sized_default(more);
   };
   {
     node_process run(with({"--set", "rl.steps=100000"}), dir.path / "a.log", dir.path);

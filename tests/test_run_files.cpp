@@ -18,16 +18,10 @@
 
 namespace fs = std::filesystem;
 using namespace areal;
+using areal::test::read_text;
 using areal::test::scratch_dir;
 
 namespace {
-
-std::string read(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
 
 std::vector<std::string> names_in(const fs::path& dir) {
   std::vector<std::string> out;
@@ -59,13 +53,13 @@ TEST_CASE("a file replaced atomically is whole, and a failed replacement keeps t
   auto path = dir.path / "summary.json";
   write_file_atomically(path, "first\n");
   write_file_atomically(path, std::vector<std::string_view>{"sec", "ond\n"});
-  CHECK(read(path) == "second\n");
+  CHECK(read_text(path) == "second\n");
   {
     file_size_limit limit{1000};
     CHECK_THROWS_WITH_AS(write_file_atomically(path, std::string(5000, 'x')),
                          doctest::Contains("summary.json: cannot write"), file_error);
   }
-  CHECK(read(path) == "second\n");
+  CHECK(read_text(path) == "second\n");
   CHECK(names_in(dir.path) == std::vector<std::string>{"summary.json"});
   CHECK(is_temporary_file("summary.json.tmp.1234"));
   CHECK_FALSE(is_temporary_file("summary.json"));
@@ -86,14 +80,14 @@ TEST_CASE("an append that fails part-way is cut back, so the file ends on a whol
     CHECK_THROWS_WITH_AS(log.append("{\"step\":3,\"pad\":\"xxxxxxxxxx\"}\n"),
                          doctest::Contains("metrics.jsonl: cannot append"), file_error);
   }
-  CHECK(read(path) == "{\"step\":1}\n{\"step\":2}\n");
+  CHECK(read_text(path) == "{\"step\":1}\n{\"step\":2}\n");
   CHECK(log.size() == 22);
   log.append("{\"step\":3}\n");
-  CHECK(read(path) == "{\"step\":1}\n{\"step\":2}\n{\"step\":3}\n");
+  CHECK(read_text(path) == "{\"step\":1}\n{\"step\":2}\n{\"step\":3}\n");
   truncate_file(path, 11);
-  CHECK(read(path) == "{\"step\":1}\n");
+  CHECK(read_text(path) == "{\"step\":1}\n");
   truncate_file(path, 1000);  // longer than the file: left alone
-  CHECK(read(path) == "{\"step\":1}\n");
+  CHECK(read_text(path) == "{\"step\":1}\n");
 }
 
 TEST_CASE("the run lock is one process's and names it to the next") {

@@ -24,31 +24,10 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// The single-node default, CI-sized.
-std::vector<std::string> small_run(std::vector<std::string> more = {}) {
-  std::vector<std::string> args{"--config", AREAL_SOURCE_DIR "/configs/single_node.toml",
-                                "--set",    "model.preset=micro",
-                                "--set",    "sft.steps=5",
-                                "--set",    "eval.prompts=8",
-                                "--set",    "eval.every=0",
-                                "--set",    "rl.batch_size=16",
-                                "--set",    "rl.max_new_tokens=8",
-                                "--set",    "reward.workers=1"};
-  args.insert(args.end(), more.begin(), more.end());
-  return args;
-}
-
-std::string read(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-
 // Every line of metrics.jsonl is whole JSON; returns the step numbers of its step lines, in order.
 std::vector<int64_t> metric_steps(const fs::path& file) {
   std::vector<int64_t> steps;
-  std::istringstream lines(read(file));
+  std::istringstream lines(read_text(file));
   std::string line;
   size_t number = 0;
   while (std::getline(lines, line)) {
@@ -85,22 +64,23 @@ TEST_CASE(
     "step once") {
   scratch_dir dir{"kill-resume"};
   auto run_dir = dir.path / "runs" / "single-node";
-  node_process first(small_run({"--set", "rl.steps=100000", "--set", "rl.checkpoint_every=2"}), dir.path / "a.log",
-                     dir.path);
+  node_process first(ci_sized_default({"--set", "rl.steps=100000", "--set", "rl.checkpoint_every=2"}),
+                     dir.path / "a.log", dir.path);
   REQUIRE_MESSAGE(first.wait_for("checkpoint of version 2 written", 60s), first.log());
-  auto config_before = read(run_dir / "config.toml");
+  auto config_before = read_text(run_dir / "config.toml");
 
   // The same run started again by mistake, with another setting: refused, the directory untouched.
-  node_process second(small_run({"--set", "rl.steps=100000", "--set", "rl.lr=0.0002"}), dir.path / "b.log", dir.path);
+  node_process second(ci_sized_default({"--set", "rl.steps=100000", "--set", "rl.lr=0.0002"}), dir.path / "b.log",
+                      dir.path);
   CHECK_MESSAGE(second.wait_exit(20s) == 2, second.log());
   CHECK_MESSAGE(second.log().find("is in use by pid ") != std::string::npos, second.log());
   CHECK(second.log().find("stop that process first") != std::string::npos);
-  CHECK(read(run_dir / "config.toml") == config_before);
+  CHECK(read_text(run_dir / "config.toml") == config_before);
 
   // Killed with steps after its last checkpoint in the metrics.
   // Polled while the run writes: only the complete lines are counted (the strict reading comes after the kill).
   auto steps_so_far = [&] {
-    auto text = read(run_dir / "metrics.jsonl");
+    auto text = read_text(run_dir / "metrics.jsonl");
     return count_of(text.substr(0, text.rfind('\n') + 1), "\"event\":\"step\"");
   };
   auto deadline = std::chrono::steady_clock::now() + 60s;
@@ -114,12 +94,12 @@ TEST_CASE(
   MESSAGE("killed after step " << before.back() << ", last checkpoint at step " << saved.steps);
 
   // Started again without --resume: the killed run is not overwritten.
-  node_process again(small_run({"--set", "rl.steps=100000"}), dir.path / "c.log", dir.path);
+  node_process again(ci_sized_default({"--set", "rl.steps=100000"}), dir.path / "c.log", dir.path);
   CHECK_MESSAGE(again.wait_exit(20s) == 2, again.log());
   CHECK(again.log().find("holds a run already") != std::string::npos);
 
   auto total = std::max<int64_t>(before.back() + 2, 6);
-  node_process resumed(small_run({"--set", "rl.steps=" + std::to_string(total), "--resume"}), dir.path / "d.log",
+  node_process resumed(ci_sized_default({"--set", "rl.steps=" + std::to_string(total), "--resume"}), dir.path / "d.log",
                        dir.path);
   CHECK_MESSAGE(resumed.wait_exit(90s) == 0, resumed.log());
   auto steps = metric_steps(run_dir / "metrics.jsonl");
@@ -127,7 +107,7 @@ TEST_CASE(
   for (int64_t s = 1; s <= total; ++s)
     expected.push_back(s);
   CHECK_MESSAGE(steps == expected, "steps in metrics.jsonl: " << nlohmann::json(steps).dump());
-  CHECK(count_of(read(run_dir / "metrics.jsonl"), "\"event\":\"resume\"") == 1);
+  CHECK(count_of(read_text(run_dir / "metrics.jsonl"), "\"event\":\"resume\"") == 1);
   CHECK(temporaries_in(run_dir).empty());
 }
 
@@ -142,7 +122,8 @@ TEST_CASE(
   // The micro model's checkpoint takes about 1.2 MB and its warm-started copy 0.4 MB: on 2 MiB the first
   // checkpoint fits and the second, written beside it before the swap, does not.
   std::string command = "mount -t tmpfs -o size=2m areal-test " + run_dir.string() + " || exit 90; " AREAL_BINARY;
-  for (auto& a : small_run({"--set", "rl.steps=50", "--set", "rl.checkpoint_every=1", "--run-dir", run_dir.string()}))
+  for (auto& a :
+       ci_sized_default({"--set", "rl.steps=50", "--set", "rl.checkpoint_every=1", "--run-dir", run_dir.string()}))
     command += " '" + a + "'";
   command += "; code=$?; cp -a " + run_dir.string() + "/. " + copy.string() + "/; exit $code";
   node_process run({"-m", "sh", "-c", command}, dir.path / "run.log", dir.path, "/usr/bin/unshare");
@@ -162,14 +143,14 @@ TEST_CASE(
   auto saved = controller_checkpoint::load(checkpoint);
   CHECK(saved.steps >= 1);
   CHECK_NOTHROW(kernels::policy_model::load((fs::path{checkpoint} / "model").string()));
-  auto state = nlohmann::json::parse(read(fs::path{checkpoint} / "trainer_state.json"));
+  auto state = nlohmann::json::parse(read_text(fs::path{checkpoint} / "trainer_state.json"));
   CHECK(state.at("policy_version").get<int64_t>() == saved.version);
   // Nothing torn, nothing temporary; the outputs line names only what was written.
   auto steps = metric_steps(copy / "metrics.jsonl");
   CHECK(static_cast<int64_t>(steps.size()) >= saved.steps);
   CHECK_MESSAGE(temporaries_in(copy).empty(), nlohmann::json(temporaries_in(copy)).dump());
   if (fs::exists(copy / "summary.json"))
-    CHECK_NOTHROW(nlohmann::json::parse(read(copy / "summary.json")));
+    CHECK_NOTHROW(nlohmann::json::parse(read_text(copy / "summary.json")));
   CHECK(log.find("run complete") == std::string::npos);
 }
 
@@ -177,7 +158,7 @@ TEST_CASE("inputs that used to crash or hang the job are refused with exit 2 bef
   scratch_dir dir{"bad-inputs"};
   auto refused = [&](const std::string& name, std::vector<std::string> args, const std::string& expected) {
     args.insert(args.end(), {"--run-dir", (dir.path / name).string()});
-    node_process p(small_run(args), dir.path / (name + ".log"), dir.path);
+    node_process p(ci_sized_default(args), dir.path / (name + ".log"), dir.path);
     auto code = p.wait_exit(30s);
     CHECK_MESSAGE(code == 2, name << ": " << p.log());
     CHECK_MESSAGE(p.log().find(expected) != std::string::npos, name << ": " << p.log());
@@ -227,11 +208,11 @@ TEST_CASE("inputs that used to crash or hang the job are refused with exit 2 bef
   }
   SUBCASE("a tokenizer with more ids than the model's vocabulary") {
     // A model directory from a short run, its tokenizer then given ids past the model's vocabulary.
-    node_process made(small_run({"--set", "rl.steps=1", "--run-dir", (dir.path / "made").string()}),
+    node_process made(ci_sized_default({"--set", "rl.steps=1", "--run-dir", (dir.path / "made").string()}),
                       dir.path / "made.log", dir.path);
     REQUIRE_MESSAGE(made.wait_exit(60s) == 0, made.log());
     auto model = dir.path / "made" / "sft_model";
-    auto tokenizer = nlohmann::json::parse(read(model / "tokenizer.json"));
+    auto tokenizer = nlohmann::json::parse(read_text(model / "tokenizer.json"));
     auto& vocab = tokenizer["model"]["vocab"];
     auto next = static_cast<int64_t>(vocab.size()) + 2;  // after the two special tokens
     for (auto extra : {"a", "b", "c", "d"})
@@ -255,8 +236,8 @@ TEST_CASE(
              "\n";
   }
   auto data = dir.write("odd.jsonl", lines);
-  node_process run(small_run({"--set", "task.kind=jsonl", "--set", "task.train_path=" + data, "--set", "rl.steps=2",
-                              "--run-dir", (dir.path / "run").string()}),
+  node_process run(ci_sized_default({"--set", "task.kind=jsonl", "--set", "task.train_path=" + data, "--set",
+                                     "rl.steps=2", "--run-dir", (dir.path / "run").string()}),
                    dir.path / "run.log", dir.path);
   CHECK_MESSAGE(run.wait_exit(60s) == 0, run.log());
   CHECK_MESSAGE(run.log().find("2 tasks skipped (task 8, 28): the prompt and rl.max_new_tokens = 8 exceed the model's "
@@ -264,7 +245,7 @@ TEST_CASE(
                 run.log());
   CHECK(run.log().find("data: 30 training tasks, 8 held out") != std::string::npos);
   // The character-level tokenizer holds characters, not bytes: it is valid JSON with "é" as one token.
-  auto tokenizer = nlohmann::json::parse(read(dir.path / "run" / "sft_model" / "tokenizer.json"));
+  auto tokenizer = nlohmann::json::parse(read_text(dir.path / "run" / "sft_model" / "tokenizer.json"));
   CHECK(tokenizer["model"]["vocab"].contains("é"));
   CHECK(tokenizer["model"]["vocab"].contains("😀"));
 }
@@ -272,7 +253,8 @@ TEST_CASE(
 TEST_CASE("a checkpoint whose controller record disagrees with the trainer's state is refused on resume") {
   scratch_dir dir{"bad-checkpoint"};
   auto run_dir = dir.path / "runs" / "single-node";
-  node_process made(small_run({"--set", "rl.steps=2", "--set", "rl.checkpoint_every=1"}), dir.path / "a.log", dir.path);
+  node_process made(ci_sized_default({"--set", "rl.steps=2", "--set", "rl.checkpoint_every=1"}), dir.path / "a.log",
+                    dir.path);
   REQUIRE_MESSAGE(made.wait_exit(60s) == 0, made.log());
   auto checkpoint = run_dir / "checkpoint";
   auto record = controller_checkpoint::load(checkpoint.string());
@@ -280,14 +262,14 @@ TEST_CASE("a checkpoint whose controller record disagrees with the trainer's sta
     auto forged = record;
     forged.version += 3;
     write_file_atomically(checkpoint / controller_checkpoint::file_name, forged.to_bytes());
-    node_process resumed(small_run({"--set", "rl.steps=4", "--resume"}), dir.path / "b.log", dir.path);
+    node_process resumed(ci_sized_default({"--set", "rl.steps=4", "--resume"}), dir.path / "b.log", dir.path);
     CHECK_MESSAGE(resumed.wait_exit(30s) == 2, resumed.log());
     CHECK(resumed.log().find("the controller's record says policy version 5 and the trainer's state 2") !=
           std::string::npos);
   }
   {
     write_file_atomically(checkpoint / controller_checkpoint::file_name, record.to_bytes());
-    node_process past(small_run({"--set", "rl.steps=1", "--resume"}), dir.path / "c.log", dir.path);
+    node_process past(ci_sized_default({"--set", "rl.steps=1", "--resume"}), dir.path / "c.log", dir.path);
     CHECK_MESSAGE(past.wait_exit(30s) == 2, past.log());
     CHECK(past.log().find("the checkpoint has 2 steps done, past rl.steps = 1") != std::string::npos);
   }
