@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <set>
 
-#include "areal/runtime/log.hpp"
 #include "job_parts.hpp"
 
 namespace fs = std::filesystem;
@@ -139,15 +138,19 @@ void check_inputs(const run_config& c, const model_parts& m, job_datasets& d) {
   }
 
   // Prompts that cannot be answered within the context are not used; they are counted.
+  // Returns the prompt lengths of the tasks kept.
   auto fits = [&](std::vector<tasks::task_item>& items, const std::string& key) {
     std::vector<size_t> too_long;
     std::vector<tasks::task_item> kept;
+    std::vector<int64_t> lengths;
     for (size_t i = 0; i < items.size(); ++i) {
       auto tokens = static_cast<int64_t>(m.tokenizer->encode(items[i].prompt).size());
-      if (tokens + new_tokens > context)
+      if (tokens + new_tokens > context) {
         too_long.push_back(i + 1);
-      else
+      } else {
         kept.push_back(std::move(items[i]));
+        lengths.push_back(tokens);
+      }
     }
     if (!too_long.empty()) {
       std::string which;
@@ -159,8 +162,9 @@ void check_inputs(const run_config& c, const model_parts& m, job_datasets& d) {
                            " exceed the model's context of " + std::to_string(context) + " tokens");
     }
     items = std::move(kept);
+    return lengths;
   };
-  fits(d.train, "task.train_path " + c.task.train_path);
+  auto prompt_lengths = fits(d.train, "task.train_path " + c.task.train_path);
   if (!c.task.eval_path.empty())
     fits(d.eval, "task.eval_path " + c.task.eval_path);
   if (d.train.empty())
@@ -178,12 +182,12 @@ void check_inputs(const run_config& c, const model_parts& m, job_datasets& d) {
     d.warnings.push_back("eval.prompts = " + std::to_string(c.eval.prompts) + " but task.eval_path has " +
                          plural(d.eval.size(), "usable task") + ": all of them are held out");
   // Held out means never trained on: the same prompt on both sides is reported.
+  auto& held_source = c.task.eval_path.empty() ? d.train : d.eval;
+  auto held_count = c.task.eval_path.empty() ? d.held_out : std::min<size_t>(d.eval.size(), c.eval.prompts);
   {
     std::set<std::string> held;
-    auto& source = c.task.eval_path.empty() ? d.train : d.eval;
-    auto count = c.task.eval_path.empty() ? d.held_out : std::min<size_t>(source.size(), c.eval.prompts);
-    for (size_t i = 0; i < count; ++i)
-      held.insert(source[i].prompt);
+    for (size_t i = 0; i < held_count; ++i)
+      held.insert(held_source[i].prompt);
     size_t shared = 0;
     for (size_t i = d.held_out; i < d.train.size(); ++i)
       shared += held.count(d.train[i].prompt);
@@ -196,8 +200,8 @@ void check_inputs(const run_config& c, const model_parts& m, job_datasets& d) {
     auto& item = d.train[i];
     if (item.worked_solution.empty())
       continue;
-    auto tokens = m.tokenizer->encode(item.prompt).size() + m.tokenizer->encode(item.worked_solution).size() + 1;
-    if (static_cast<int64_t>(tokens) <= context)
+    auto tokens = prompt_lengths[i] + static_cast<int64_t>(m.tokenizer->encode(item.worked_solution).size()) + 1;
+    if (tokens <= context)
       d.demonstrations.push_back(item);
   }
   if (c.sft.steps > 0 && d.demonstrations.empty())
@@ -205,8 +209,7 @@ void check_inputs(const run_config& c, const model_parts& m, job_datasets& d) {
                     ") needs demonstrations: none of the training tasks of " + c.task.train_path +
                     " has a \"solution\" that fits the context; add solutions or set sft.steps = 0");
   auto training = d.train.size() - d.held_out;
-  auto held = c.task.eval_path.empty() ? d.held_out : std::min<size_t>(d.eval.size(), c.eval.prompts);
-  d.notes.insert(d.notes.begin(), "data: " + plural(training, "training task") + ", " + std::to_string(held) +
+  d.notes.insert(d.notes.begin(), "data: " + plural(training, "training task") + ", " + std::to_string(held_count) +
                                       " held out" +
                                       (c.task.eval_path.empty() ? " (the first of task.train_path)" : "") + ", " +
                                       plural(d.demonstrations.size(), "demonstration") + " for the warm start");

@@ -6,7 +6,6 @@
 #include <ATen/Parallel.h>
 
 #include <chrono>
-#include <fstream>
 #include <map>
 #include <sstream>
 
@@ -87,15 +86,7 @@ void evaluate_final(caf::scoped_actor& self, const trainer_side& side, bool remo
 
 // The controller's record of a checkpoint agrees with the trainer's state beside it and with this run.
 void check_resume_state(const controller_checkpoint& saved, const std::string& dir, const run_config& c) {
-  auto path = (fs::path{dir} / "trainer_state.json").string();
-  std::ifstream in(path);
-  nlohmann::json state;
-  try {
-    in >> state;
-  } catch (const nlohmann::json::exception& e) {
-    throw job_error(path + ": unreadable (" + std::string{e.what()} + "); the checkpoint is damaged");
-  }
-  auto version = state.value("policy_version", int64_t{-1});
+  auto version = kernels::trainer::checkpoint_version(dir);
   if (version != saved.version)
     throw job_error(dir + ": the controller's record says policy version " + std::to_string(saved.version) +
                     " and the trainer's state " + std::to_string(version) +

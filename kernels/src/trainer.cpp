@@ -428,18 +428,36 @@ void trainer::save_checkpoint(const std::string& directory,
   sync_directory(target.parent_path().empty() ? fs::path{"."} : target.parent_path());
 }
 
-void trainer::load_checkpoint(const std::string& directory) {
-  auto complete = complete_checkpoint(directory);
-  fs::path dir{complete.empty() ? directory : complete};
+namespace {
+
+// The trainer_state.json of a checkpoint directory.
+nlohmann::json read_trainer_state(const fs::path& dir, const std::string& named) {
   std::ifstream in(dir / "trainer_state.json");
   if (!in)
-    throw training_error(directory + ": no trainer_state.json; not a trainer checkpoint");
+    throw training_error(named + ": no trainer_state.json; not a trainer checkpoint");
   nlohmann::json j;
   try {
     in >> j;
   } catch (const nlohmann::json::exception& e) {
     throw training_error((dir / "trainer_state.json").string() + ": " + e.what());
   }
+  return j;
+}
+
+}  // namespace
+
+int64_t trainer::checkpoint_version(const std::string& directory) {
+  auto j = read_trainer_state(directory, directory);
+  auto version = j.find("policy_version");
+  if (version == j.end() || !version->is_number_integer())
+    throw training_error(directory + "/trainer_state.json: no integer \"policy_version\"");
+  return version->get<int64_t>();
+}
+
+void trainer::load_checkpoint(const std::string& directory) {
+  auto complete = complete_checkpoint(directory);
+  fs::path dir{complete.empty() ? directory : complete};
+  auto j = read_trainer_state(dir, directory);
   if (j.value("format", 0) != checkpoint_format)
     throw training_error(dir.string() + ": checkpoint format " + std::to_string(j.value("format", 0)) +
                          ", this build reads format " + std::to_string(checkpoint_format));

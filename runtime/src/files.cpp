@@ -103,52 +103,42 @@ bool is_temporary_file(const fs::path& path) {
   return name.find_first_not_of("0123456789", at + 5) == std::string::npos;
 }
 
-// -- append_only_file -----------------------------------------------------------
+// -- owned_fd ---------------------------------------------------------------------
 
-append_only_file::append_only_file(const fs::path& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd_ < 0)
-    fail(path, "cannot open for appending", errno);
-  struct stat info {};
-  if (::fstat(fd_, &info) != 0) {
-    int error = errno;
-    ::close(fd_);
-    fd_ = -1;
-    fail(path, "cannot read its size", error);
-  }
-  size_ = static_cast<uint64_t>(info.st_size);
-}
-
-append_only_file::append_only_file(append_only_file&& other) noexcept
-    : fd_(other.fd_), path_(std::move(other.path_)), size_(other.size_) {
-  other.fd_ = -1;
-}
-
-append_only_file& append_only_file::operator=(append_only_file&& other) noexcept {
+owned_fd& owned_fd::operator=(owned_fd&& other) noexcept {
   if (this != &other) {
     if (fd_ >= 0)
       ::close(fd_);
-    fd_ = other.fd_;
-    path_ = std::move(other.path_);
-    size_ = other.size_;
-    other.fd_ = -1;
+    fd_ = other.release();
   }
   return *this;
 }
 
-append_only_file::~append_only_file() {
+owned_fd::~owned_fd() {
   if (fd_ >= 0)
     ::close(fd_);
 }
 
+// -- append_only_file -----------------------------------------------------------
+
+append_only_file::append_only_file(const fs::path& path) : path_(path) {
+  fd_ = owned_fd{::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644)};
+  if (!fd_.valid())
+    fail(path, "cannot open for appending", errno);
+  struct stat info {};
+  if (::fstat(fd_.get(), &info) != 0)
+    fail(path, "cannot read its size", errno);
+  size_ = static_cast<uint64_t>(info.st_size);
+}
+
 void append_only_file::append(std::string_view record) {
-  if (fd_ < 0)
+  if (!fd_.valid())
     throw file_error(path_.string() + ": not open");
   size_t written = 0;
-  int error = write_all(fd_, record.data(), record.size(), written);
+  int error = write_all(fd_.get(), record.data(), record.size(), written);
   if (error != 0) {
     // A part of the record may be on disk: cut it off, so the file ends on a whole record.
-    if (written > 0 && ::ftruncate(fd_, static_cast<off_t>(size_)) != 0)
+    if (written > 0 && ::ftruncate(fd_.get(), static_cast<off_t>(size_)) != 0)
       fail(path_, "a failed append could not be cut back", errno);
     fail(path_, "cannot append", error);
   }
@@ -156,30 +146,11 @@ void append_only_file::append(std::string_view record) {
 }
 
 void append_only_file::sync() {
-  if (fd_ >= 0 && ::fdatasync(fd_) != 0)
+  if (fd_.valid() && ::fdatasync(fd_.get()) != 0)
     fail(path_, "cannot sync", errno);
 }
 
 // -- run_lock -------------------------------------------------------------------
-
-run_lock::run_lock(run_lock&& other) noexcept : fd_(other.fd_) {
-  other.fd_ = -1;
-}
-
-run_lock& run_lock::operator=(run_lock&& other) noexcept {
-  if (this != &other) {
-    if (fd_ >= 0)
-      ::close(fd_);
-    fd_ = other.fd_;
-    other.fd_ = -1;
-  }
-  return *this;
-}
-
-run_lock::~run_lock() {
-  if (fd_ >= 0)
-    ::close(fd_);  // releases the flock
-}
 
 run_lock run_lock::acquire(const fs::path& directory, const std::string& name) {
   std::error_code ec;
@@ -188,16 +159,17 @@ run_lock run_lock::acquire(const fs::path& directory, const std::string& name) {
     throw file_error(directory.string() + ": cannot create the run directory: " + ec.message());
   auto path = directory / name;
   // O_CLOEXEC: programs this process starts do not inherit (and so keep) the lock.
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  run_lock lock;
+  lock.fd_ = owned_fd{::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)};
+  int fd = lock.fd_.get();
   if (fd < 0)
     fail(path, "cannot open the run's lock file", errno);
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     int error = errno;
-    char holder[256] = {};
-    auto n = ::pread(fd, holder, sizeof holder - 1, 0);
-    ::close(fd);
     if (error != EWOULDBLOCK)
       fail(path, "cannot lock", error);
+    char holder[256] = {};
+    auto n = ::pread(fd, holder, sizeof holder - 1, 0);
     std::string who = n > 0 ? std::string(holder, static_cast<size_t>(n)) : std::string{"another process"};
     while (!who.empty() && (who.back() == '\n' || who.back() == ' '))
       who.pop_back();
@@ -210,13 +182,8 @@ run_lock run_lock::acquire(const fs::path& directory, const std::string& name) {
   std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
   auto text = "pid " + std::to_string(::getpid()) + " on host " + host + " (since " + when + ")\n";
   size_t written = 0;
-  if (::ftruncate(fd, 0) != 0 || write_all(fd, text.data(), text.size(), written) != 0) {
-    int error = errno;
-    ::close(fd);
-    fail(path, "cannot write the run's lock file", error);
-  }
-  run_lock lock;
-  lock.fd_ = fd;
+  if (::ftruncate(fd, 0) != 0 || write_all(fd, text.data(), text.size(), written) != 0)
+    fail(path, "cannot write the run's lock file", errno);
   return lock;
 }
 

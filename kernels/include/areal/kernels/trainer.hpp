@@ -121,6 +121,8 @@ class trainer {
   /// directory.old when a process died between the two renames of a save), or
   /// empty when there is none.
   static std::string complete_checkpoint(const std::string& directory);
+  /// The policy version a complete checkpoint directory holds (its trainer_state.json); throws training_error.
+  static int64_t checkpoint_version(const std::string& directory);
   /// Restores everything save_checkpoint wrote; a following update continues exactly.
   void load_checkpoint(const std::string& directory);
 

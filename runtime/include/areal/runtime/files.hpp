@@ -43,6 +43,29 @@ class lock_held_error : public file_error {
   using file_error::file_error;
 };
 
+/// A file descriptor this object closes (movable, not copyable).
+class owned_fd {
+ public:
+  owned_fd() = default;
+  explicit owned_fd(int fd) : fd_(fd) {}
+  owned_fd(owned_fd&& other) noexcept : fd_(other.release()) {}
+  owned_fd& operator=(owned_fd&& other) noexcept;
+  owned_fd(const owned_fd&) = delete;
+  owned_fd& operator=(const owned_fd&) = delete;
+  ~owned_fd();
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int release() {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
 /// An append-only file of records (JSON lines). Each append is one write(2)
 /// of the whole record; one that fails part-way is cut back, so the file
 /// always ends on a whole record.
@@ -51,13 +74,8 @@ class append_only_file {
   append_only_file() = default;
   /// Opens (creating) `path` for appending; throws file_error.
   explicit append_only_file(const std::filesystem::path& path);
-  append_only_file(append_only_file&& other) noexcept;
-  append_only_file& operator=(append_only_file&& other) noexcept;
-  append_only_file(const append_only_file&) = delete;
-  append_only_file& operator=(const append_only_file&) = delete;
-  ~append_only_file();
 
-  bool is_open() const { return fd_ >= 0; }
+  bool is_open() const { return fd_.valid(); }
   const std::filesystem::path& path() const { return path_; }
   /// Throws file_error; the file is then as it was before the call.
   void append(std::string_view record);
@@ -67,7 +85,7 @@ class append_only_file {
   uint64_t size() const { return size_; }
 
  private:
-  int fd_ = -1;
+  owned_fd fd_;
   std::filesystem::path path_;
   uint64_t size_ = 0;
 };
@@ -77,21 +95,14 @@ class append_only_file {
 /// lock file names its holder (pid, host, start time).
 class run_lock {
  public:
-  run_lock() = default;
-  run_lock(run_lock&& other) noexcept;
-  run_lock& operator=(run_lock&& other) noexcept;
-  run_lock(const run_lock&) = delete;
-  run_lock& operator=(const run_lock&) = delete;
-  ~run_lock();
-
   /// Takes the lock file `name` in `directory` (created if missing). Throws
   /// lock_held_error when another process holds it, naming that process, and
   /// file_error when the file cannot be made.
   static run_lock acquire(const std::filesystem::path& directory, const std::string& name);
-  bool held() const { return fd_ >= 0; }
+  bool held() const { return fd_.valid(); }
 
  private:
-  int fd_ = -1;
+  owned_fd fd_;  // closing it releases the flock
 };
 
 }  // namespace areal
