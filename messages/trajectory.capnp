@@ -48,4 +48,8 @@ struct Trajectory {
   timestamps @12 :Timestamps;
   producer @13 :Text;              # name of the node that generated it
   promptVersion @14 :Int64;        # the version of the prompt tokens: the policy version at admission
+  # One entry per output token, or empty (every output token was generated and
+  # is trained). A multi-turn episode's output holds the model's turns (1) and
+  # the template, tool and environment tokens between them (0, never trained).
+  lossMask @15 :List(UInt8);
 }

@@ -78,6 +78,10 @@ rollout_actor fake_rollout(caf::actor_system& sys, std::shared_ptr<record> rec, 
         [](packed<generation_request>&) -> caf::result<packed<trajectory>, std::string> {
           return caf::make_error(caf::sec::unexpected_message, "the controller asks for generation with scoring");
         },
+        [](stream_atom, packed<generation_request>&, caf::actor&) -> caf::result<packed<trajectory>, std::string> {
+          return caf::make_error(caf::sec::unexpected_message, "only the endpoint streams");
+        },
+        [](cancel_atom, caf::actor&) {},
         [](local_weights&) {},
         [](step_atom) {},
         [](caf::tick_atom) {},

@@ -440,6 +440,36 @@ TEST_CASE("SFT drives the training loss down") {
   CHECK(last < first / 4);
 }
 
+TEST_CASE("SFT with a loss mask trains on the masked-in tokens only") {
+  // Two transcripts that differ only in their last, masked-out token: the same
+  // loss and the same update; without the mask they differ.
+  auto loss_of = [](std::vector<int32_t> response, std::vector<uint8_t> mask) {
+    policy_model model(test_config());
+    model.init_random(9, 0.05);
+    trainer_config tc;
+    tc.optimizer.lr = 1e-2;
+    trainer t(model, tc);
+    sft_sample s;
+    s.prompt = {1, 2};
+    s.response = std::move(response);
+    s.loss_mask = std::move(mask);
+    auto stats = t.sft_update({s});
+    return std::make_pair(stats.loss, model.flat().clone());
+  };
+  auto [a, wa] = loss_of({4, 5, 6, 7}, {1, 1, 0, 0});
+  auto [b, wb] = loss_of({4, 5, 9, 11}, {1, 1, 0, 0});
+  auto [c, wc] = loss_of({4, 5, 9, 11}, {});
+  CHECK(a == doctest::Approx(b).epsilon(1e-6));
+  CHECK(at::allclose(wa, wb));
+  CHECK(std::abs(a - c) > 1e-3);
+  CHECK(!at::allclose(wa, wc));
+  // A mask of the wrong size is refused.
+  policy_model model(test_config());
+  trainer t(model, trainer_config{});
+  sft_sample bad{{1}, {2, 3}, {1}};
+  CHECK_THROWS_AS(t.sft_update({bad}), std::invalid_argument);
+}
+
 TEST_CASE("non-finite steps are skipped and counted and too many in a row stop training") {
   policy_model model(test_config());
   model.init_random(8, 0.1);

@@ -33,6 +33,8 @@ sample_id id_of(const generation_request& r) {
   return {r.group_id, r.sample_index};
 }
 
+}  // namespace
+
 void drop(controller_pointer self, sample_id id, const std::string& reason) {
   auto& st = self->state;
   st.gate->finish(false);
@@ -47,6 +49,8 @@ void drop(controller_pointer self, sample_id id, const std::string& reason) {
                ". Fix the configuration (e.g. rl.max_new_tokens against the model's context) and start again");
   }
 }
+
+namespace {
 
 // A sample whose generation failed (a lost node, a deadline, an aborted
 // sequence) is generated again, first in line; after 3 failures of its own it
@@ -72,12 +76,12 @@ std::optional<stream_sample> settle_request(controller_state& st, uint64_t rid) 
   return std::move(done->sample);
 }
 
-// A stored trajectory that will not be trained: the store lets it go.
+}  // namespace
+
 void forget(controller_pointer self, const sample_summary& summary) {
   self->send(self->state.setup.store, forget_atom::value, std::vector<uint64_t>{summary.slot});
 }
 
-// A summary arrived: the trajectory is scored and in the store.
 void on_summary(controller_pointer self, sample_id id, const std::string& pool, sample_summary& summary) {
   auto& st = self->state;
   auto finished = static_cast<finish_reason>(summary.finish);
@@ -101,6 +105,8 @@ void on_summary(controller_pointer self, sample_id id, const std::string& pool, 
     try_train(self);
   }
 }
+
+namespace {
 
 // One request per sample: the worker generates it and sends it to the pool,
 // the pool scores it and hands it to the store, the store's summary is the reply.
@@ -150,7 +156,8 @@ void dispatch(controller_pointer self, uint64_t worker, uint64_t pool, stream_sa
 // out with both): the run waits member_timeout for the missing role.
 void arm_member_deadline(controller_pointer self) {
   auto& st = self->state;
-  if ((!st.rollouts.empty() && !st.rewards.empty()) || st.member_deadline_armed || st.phase == run_phase::finished)
+  if ((!st.rollouts.empty() && !st.rewards.empty()) || st.member_deadline_armed || st.phase == run_phase::finished ||
+      st.setup.agent_episodes)
     return;
   st.member_deadline_armed = true;
   self->delayed_send(self, st.setup.member_timeout, caf::tick_atom::value);
@@ -254,6 +261,8 @@ void start(controller_pointer self, controller_setup setup) {
 // gate is closed or admission has stopped.
 void fill(controller_pointer self) {
   auto& st = self->state;
+  if (st.setup.agent_episodes)
+    return;  // the agents open episodes themselves
   while (st.phase != run_phase::finished) {
     auto worker = st.rollouts.least_loaded(st.setup.rollout_slots);
     auto pool = st.rewards.least_loaded();
@@ -308,6 +317,12 @@ controller_actor spawn_controller(caf::actor_system& sys, controller_setup setup
           on_join(self, node, role, handle);
         },
         [self](std::vector<weight_delivery>& reports) { weights_delivered(self, reports); },
+        [self](episode_atom, std::string& task, std::string& holder) { return open_episode(self, task, holder); },
+        [self](episode_atom, sample_summary& summary) { episode_ended(self, summary); },
+        [self](episode_atom, uint64_t group, uint32_t index, std::string& why) {
+          episode_dropped(self, {group, index}, why);
+        },
+        [self](episode_atom, uint64_t group) { group_deadline(self, group); },
         [self](caf::tick_atom) {
           auto& st = self->state;
           st.member_deadline_armed = false;

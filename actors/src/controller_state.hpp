@@ -6,6 +6,7 @@
 
 #include <deque>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,6 +52,14 @@ struct controller_state {
   controller_checkpoint before;  // the counters of the runs before a resume
   int64_t generated_tokens = 0, trained_tokens = 0;
   std::vector<sample_id> in_training;  // the batch of the step in flight
+  // Agent runs: the group taking episodes now, by task key; the episodes an endpoint holds.
+  struct agent_group {
+    uint64_t id = 0;
+    uint32_t opened = 0;
+  };
+  std::map<std::string, agent_group> open_groups;
+  std::set<sample_id> episodes_running;
+  uint64_t next_group = 0;
 };
 
 using controller_pointer = controller_actor::stateful_pointer<controller_state>;
@@ -69,6 +78,20 @@ void end_run(controller_pointer self, int32_t code, const std::string& why);
 void finish(controller_pointer self, int32_t code, const std::string& why);
 /// The trainer's report of how a version's weights reached each subscriber.
 void weights_delivered(controller_pointer self, const std::vector<weight_delivery>& reports);
+/// A sample will not be trained: dropped with the reason (its group with it).
+void drop(controller_pointer self, sample_id id, const std::string& reason);
+/// A summary arrived: the trajectory is scored and in the store.
+void on_summary(controller_pointer self, sample_id id, const std::string& pool, sample_summary& summary);
+/// A stored trajectory that will not be trained: the store lets it go.
+void forget(controller_pointer self, const sample_summary& summary);
+/// Agent runs (controller_episodes.cpp): an endpoint opens an episode of a task.
+caf::result<uint64_t, uint32_t, int64_t> open_episode(controller_pointer self, const std::string& task,
+                                                      const std::string& holder);
+/// An episode ended (its summary), or was dropped by its endpoint (a reason).
+void episode_ended(controller_pointer self, sample_summary& summary);
+void episode_dropped(controller_pointer self, sample_id id, const std::string& reason);
+/// A group's deadline passed.
+void group_deadline(controller_pointer self, uint64_t group);
 /// The ledger as JSON (the ledger_atom reply).
 std::string ledger_json(const sample_ledger& ledger);
 

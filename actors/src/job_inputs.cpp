@@ -70,6 +70,13 @@ job_datasets read_datasets(const run_config& c) {
 }
 
 std::string data_alphabet(const run_config& c, const job_datasets& d) {
+  if (c.task.kind == "agent") {
+    // Agents write anything: printable ASCII, newline and tab (other characters are <unk>).
+    std::string ascii = "\n\t";
+    for (char ch = ' '; ch <= '~'; ++ch)
+      ascii += ch;
+    return ascii;
+  }
   if (c.task.kind != "jsonl")
     return tasks::running_sum_alphabet();
   // Characters, not bytes: a multi-byte UTF-8 character is one token (the
@@ -132,6 +139,8 @@ void check_inputs(const run_config& c, const model_parts& m, job_datasets& d) {
     throw job_error("rl.max_new_tokens = " + std::to_string(new_tokens) +
                     " leaves no room for a prompt in the model's context of " + std::to_string(context) + " tokens (" +
                     where + "): lower rl.max_new_tokens below " + std::to_string(context));
+  if (c.task.kind == "agent")
+    return;  // the agents' episodes are checked call by call, against the context
   if (c.task.kind != "jsonl") {
     check_generated(c, context);
     return;
@@ -218,6 +227,8 @@ void check_inputs(const run_config& c, const model_parts& m, job_datasets& d) {
 // -- the sources ------------------------------------------------------------------
 
 std::unique_ptr<tasks::task_source> training_source(const run_config& c, const model_parts& m) {
+  if (c.task.kind == "agent")
+    return tasks::item_source({});  // the samples are the agents' episodes
   if (c.task.kind == "jsonl") {
     auto source = tasks::item_source(m.data->train);
     source->restore(m.data->held_out);  // the first items are held out

@@ -2,6 +2,8 @@
 #include "job_parts.hpp"
 
 #include <algorithm>
+#include <cctype>
+#include <fstream>
 #include <filesystem>
 #include <optional>
 
@@ -41,8 +43,12 @@ model_parts make_model(const run_config& c) {
     m.policy = std::make_shared<kernels::policy_model>(kernels::policy_model::load(c.model.path));
     m.config = m.policy->config();
   } else {
+    // Agent runs chat: a preset gets the ChatML tokens (chat_template.hpp).
+    auto specials = c.task.kind == "agent"
+                        ? std::vector<std::string>{"<unk>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"}
+                        : std::vector<std::string>{"<unk>", "<eos>"};
     m.tokenizer = std::make_shared<const kernels::tokenizer>(
-        kernels::tokenizer::character_level(data_alphabet(c, *data), {"<unk>", "<eos>"}));
+        kernels::tokenizer::character_level(data_alphabet(c, *data), specials));
     m.config = kernels::preset(c.model.preset, m.tokenizer->vocab_size());
     m.config.max_position_embeddings = 1024;
     m.policy = std::make_shared<kernels::policy_model>(m.config);
@@ -80,6 +86,66 @@ std::string by_difficulty_text(const eval_result& r) {
     out += (out.empty() ? "" : ", ") + std::to_string(terms) + " terms " + std::to_string(counts.first) + "/" +
            std::to_string(counts.second);
   return out;
+}
+
+std::shared_ptr<const kernels::chat_template> model_chat_template(const run_config& c, const model_parts& m) {
+  return std::make_shared<const kernels::chat_template>(
+      c.model.path.empty() ? kernels::chat_template::chatml(*m.tokenizer, true)
+                           : kernels::chat_template::from_model_dir(c.model.path, *m.tokenizer));
+}
+
+std::string endpoint_api_key(const run_config& c) {
+  auto& file = c.endpoint.api_key_file;
+  if (file.empty())
+    return {};
+  std::ifstream in{file};
+  std::string key;
+  std::getline(in, key);
+  while (!key.empty() && std::isspace(static_cast<unsigned char>(key.back())))
+    key.pop_back();
+  if (!in && key.empty())
+    throw job_error("endpoint.api_key_file = " + file + ": cannot read it; write the key into it");
+  if (key.size() < 16)
+    throw job_error("endpoint.api_key_file = " + file +
+                    ": the key is shorter than 16 characters; use a long random one (e.g. openssl rand -hex 32)");
+  return key;
+}
+
+std::unique_ptr<http_endpoint> start_endpoint(caf::actor_system& sys, const run_config& c, const node_spec& self,
+                                              const model_parts& m, const std::vector<rollout_actor>& rollouts,
+                                              controller_actor controller, sample_store_actor store) {
+  endpoint_setup es;
+  es.host = self.http_host;
+  es.port = self.http_port;
+  auto& e = c.endpoint;
+  es.api_key = endpoint_api_key(c);
+  es.model_name = e.model_name;
+  es.max_body_bytes = e.max_body_bytes;
+  es.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(e.request_timeout_s * 1000));
+  es.max_pending = e.max_pending;
+  es.threads = e.threads;
+  es.episode_timeout = std::chrono::milliseconds(static_cast<int64_t>(e.episode_timeout_s * 1000));
+  es.default_max_tokens = c.rl.max_new_tokens;
+  es.max_seq_len = max_sequence(m);
+  es.seed = stream_seed(c.run.seed, 8);
+  es.rollouts = rollouts;
+  es.controller = std::move(controller);
+  es.store = std::move(store);
+  es.tokenizer = m.tokenizer;
+  es.eos = m.eos;
+  es.name = self.name + "/endpoint";
+  try {
+    es.chat = model_chat_template(c, m);
+  } catch (const kernels::template_error& err) {
+    if (c.task.kind == "agent")
+      throw job_error(std::string{"an agent run needs a chat template: "} + err.what());
+    es.no_chat_reason = err.what();
+  }
+  try {
+    return std::make_unique<http_endpoint>(sys, std::move(es));
+  } catch (const std::runtime_error& err) {
+    throw job_error(err.what());
+  }
 }
 
 int64_t max_sequence(const model_parts& m) {

@@ -14,12 +14,15 @@
 #include <caf/actor_system.hpp>
 
 #include "areal/actors/compute_share.hpp"
+#include "areal/actors/endpoint.hpp"
 #include "areal/actors/evaluator.hpp"
 #include "areal/actors/interfaces.hpp"
 #include "areal/actors/weight_transport.hpp"
 #include "areal/kernels/model.hpp"
 #include "areal/kernels/model_config.hpp"
 #include "areal/kernels/tokenizer.hpp"
+#include "areal/kernels/trainer.hpp"
+#include "areal/kernels/chat_template.hpp"
 #include "areal/runtime/config.hpp"
 #include "areal/runtime/trace.hpp"
 #include "areal/tasks/tasks.hpp"
@@ -78,6 +81,18 @@ model_parts make_model(const run_config& c);
 /// The held-out prompts (eval.prompts of them).
 std::shared_ptr<eval_set> make_eval_set(const run_config& c, const model_parts& m);
 std::string by_difficulty_text(const eval_result& r);
+
+/// The model's chat template: ChatML from the model directory, or the presets'
+/// compact ChatML; throws kernels::template_error saying why there is none.
+std::shared_ptr<const kernels::chat_template> model_chat_template(const run_config& c, const model_parts& m);
+/// The endpoint's API key (endpoint.api_key_file; empty: none); throws job_error.
+std::string endpoint_api_key(const run_config& c);
+/// The endpoint of this node (its http_port): the rollout workers, the
+/// controller and store for episodes, the model's chat template; throws
+/// job_error (an unreadable API key file, a port in use).
+std::unique_ptr<http_endpoint> start_endpoint(caf::actor_system& sys, const run_config& c, const node_spec& self,
+                                              const model_parts& m, const std::vector<rollout_actor>& rollouts,
+                                              controller_actor controller, sample_store_actor store);
 /// The longest sequence the engines and the evaluator take.
 int64_t max_sequence(const model_parts& m);
 std::vector<rollout_actor> spawn_rollout_workers(caf::actor_system& sys, const run_config& c, const model_parts& m,
@@ -152,6 +167,8 @@ trainer_side start_trainer_side(caf::actor_system& sys, const run_config& c, con
                                 const std::string& run_dir, std::shared_ptr<tracer> trace);
 
 /// The supervised warm start (sft.*) of m.policy; false when `stop` was set meanwhile.
-bool warm_start(const run_config& c, model_parts& m, const std::atomic<bool>& stop, progress_line& progress);
+/// `transcripts`: an agent run's chat demonstrations (else the task's own).
+bool warm_start(const run_config& c, model_parts& m, const std::atomic<bool>& stop, progress_line& progress,
+                const std::vector<kernels::sft_sample>& transcripts = {});
 
 }  // namespace areal::job

@@ -24,6 +24,7 @@
 #include "areal/kernels/trainer.hpp"
 #include "areal/runtime/files.hpp"
 #include "areal/runtime/log.hpp"
+#include "agent_program.hpp"
 #include "job_parts.hpp"
 
 namespace fs = std::filesystem;
@@ -140,9 +141,20 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
     return result;
   }
 
+  std::vector<kernels::sft_sample> transcripts;  // an agent run's demonstrations
+  if (!resume && c.sft.steps > 0 && c.task.kind == "agent") {
+    try {
+      transcripts = agent_demonstrations(c, *model_chat_template(c, m), max_sequence(m), options.run_dir);
+    } catch (const std::exception& e) {  // job_error, kernels::template_error
+      spdlog::error("{}", e.what());
+      result.exit_code = 2;
+      result.why = e.what();
+      return result;
+    }
+  }
   if (!resume && c.sft.steps > 0) {
     auto start = clock_type::now();
-    if (!warm_start(c, m, stop, progress)) {
+    if (!warm_start(c, m, stop, progress, transcripts)) {
       result.why = "stopped during the warm start; nothing to resume";
       spdlog::info("{}", result.why);
       return result;
@@ -243,11 +255,22 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
   cs.listener = caf::actor_cast<done_listener_actor>(caf::actor{self});
   cs.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.cluster.request_timeout_s * 1000));
   cs.member_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.cluster.connect_timeout_s * 1000));
+  cs.agent_episodes = c.task.kind == "agent";
+  cs.episode_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.endpoint.episode_timeout_s * 1000));
   spdlog::info("RL: {} mode, eta {}, {} steps of {} trajectories ({} prompts x {} samples), {} compute threads ({})",
                rl.synchronous ? "synchronous" : "asynchronous", rl.effective_eta(), rl.steps, rl.batch_size,
                rl.batch_size / rl.group_size, rl.group_size, options.compute_threads,
                options.share_cores || rl.synchronous ? "shared" : "static split");
   auto controller = spawn_controller(sys, std::move(cs));
+  std::unique_ptr<http_endpoint> endpoint;
+  if (options.self.http_port > 0) {
+    try {
+      endpoint = start_endpoint(sys, c, options.self, m, rollouts, controller, store);
+    } catch (const std::exception& e) {
+      spdlog::error("{}", e.what());
+      self->send(controller, shutdown_atom::value, int32_t{2}, std::string{e.what()});
+    }
+  }
   if (multi_node) {
     caf::anon_send(options.node, publisher_atom::value, caf::actor_cast<caf::actor>(controller),
                    caf::actor_cast<caf::actor>(publisher));
@@ -272,9 +295,26 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
   for (size_t i = 0; i < rollouts.size(); ++i)
     watch(rollouts[i], "rollout worker " + std::to_string(i));
   if (options.on_started)
-    options.on_started(rl_job_actors{controller, trainer, store, reward, rollouts, evaluator, publisher});
+    options.on_started(rl_job_actors{controller, trainer, store, reward, rollouts, evaluator, publisher,
+                                     endpoint ? endpoint->port() : uint16_t{0}});
   std::string lost;  // why an actor of the job stopped
   clock_type::time_point lost_at;
+
+  // The agent program (agent.command): held-out episodes, then the training episodes beside the RL loop.
+  std::unique_ptr<agent_program> agent;
+  std::string agent_key;
+  if (endpoint && !c.agent.command.empty()) {
+    try {
+      agent_key = endpoint_api_key(c);
+      if (c.agent.eval_episodes > 0)
+        if (auto r = agent_evaluation(c, *endpoint, agent_key, stop, "before"))
+          result.accuracy_before = *r;
+      agent = std::make_unique<agent_program>(c, agent_environment(c, endpoint->port(), agent_key, "train"));
+    } catch (const job_error& e) {
+      spdlog::error("{}", e.what());
+      self->send(controller, shutdown_atom::value, int32_t{2}, std::string{e.what()});
+    }
+  }
 
   auto rl_start = clock_type::now();
   auto steps_at_start = resume ? resume->steps : 0;
@@ -310,6 +350,18 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
                 result.why = lost + "; the controller did not end the run within 30 s";
                 return;
               }
+              // An agent that exits leaves nothing to train on. Status 0 may be its
+              // answer to the run's end (503) racing the controller's word: 30 s of grace.
+              if (agent && lost.empty())
+                if (auto status = agent->wait(std::chrono::milliseconds(0));
+                    status && (*status != 0 || seconds_since(*agent->exited_at()) > 30)) {
+                  lost = "the agent program (mode train) exited with status " + std::to_string(*status) +
+                         " before the run ended";
+                  lost_at = clock_type::now();
+                  progress.close();
+                  spdlog::error("{}: ending the run", lost);
+                  self->send(controller, shutdown_atom::value, int32_t{1}, lost);
+                }
               if (stop.load() && !stop_sent) {
                 stop_sent = true;
                 progress.close();
@@ -336,6 +388,25 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
   }
   progress.close();
   result.rl_seconds = seconds_since(rl_start);
+  if (agent && !agent->wait(std::chrono::seconds(30))) {
+    spdlog::warn("the agent program (mode train) did not exit within 30 s of the run's end; stopping it");
+    agent->stop();
+  }
+  agent.reset();
+  if (endpoint && c.agent.eval_episodes > 0 && result.exit_code == 0 && !stop.load()) {
+    try {
+      if (auto r = agent_evaluation(c, *endpoint, agent_key, stop, "after"))
+        result.accuracy_after = *r;
+    } catch (const job_error& e) {
+      spdlog::error("{}", e.what());
+    }
+  }
+  if (endpoint) {
+    auto e = endpoint->counts();
+    spdlog::info("endpoint: {} requests, {} model calls answered, {} tokens; episodes: {} ended, {} dropped, {} split",
+                 e.requests, e.completed, e.tokens, e.episodes.ended, e.episodes.dropped, e.episodes.splits);
+    endpoint.reset();  // open episodes are dropped; nothing more arrives
+  }
   self->request(controller, std::chrono::seconds(10), stats_atom::value)
       .receive([&](controller_stats& s) { result.stats = s; }, [](caf::error&) {});
   if (reward)

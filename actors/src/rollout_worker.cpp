@@ -38,6 +38,8 @@ struct pending {
   generation_request request;
   int64_t started_ns;
   std::optional<route> to_pool;
+  caf::actor listener;  // streamed: told the new tokens after every step
+  size_t streamed = 0;  // tokens the listener has
 };
 
 // A generated sample on its way to its reward pool, kept while the pool's queue is full.
@@ -96,6 +98,17 @@ void traced_step(rollout_pointer self) {
     if (apply_ns > 0)
       st.setup.trace->span(st.setup.name, "weight sync", start, start + apply_ns);
     st.setup.trace->span(st.setup.name, "generate", start + apply_ns, end);
+  }
+  for (auto& [id, p] : st.in_flight) {
+    if (!p.listener)
+      continue;
+    auto* so_far = st.engine->running_output(id);
+    if (so_far && so_far->tokens.size() > p.streamed) {
+      caf::anon_send(p.listener, stream_atom::value,
+                 std::vector<int32_t>(so_far->tokens.begin() + static_cast<std::ptrdiff_t>(p.streamed),
+                                      so_far->tokens.end()));
+      p.streamed = so_far->tokens.size();
+    }
   }
   for (auto& out : outputs)
     deliver(self, out);
@@ -189,7 +202,7 @@ void send_to_pool(rollout_pointer self, outgoing o) {
 // A request into the engine; an error when the engine cannot take it.
 std::optional<caf::error> submit(rollout_pointer self, packed<generation_request>& msg,
                                  caf::typed_response_promise<packed<trajectory>, std::string> promise,
-                                 std::optional<route> to_pool) {
+                                 std::optional<route> to_pool, caf::actor listener = {}) {
   auto& st = self->state;
   auto request = unpack(msg);
   if (!request)
@@ -204,7 +217,8 @@ std::optional<caf::error> submit(rollout_pointer self, packed<generation_request
   } catch (const std::invalid_argument& e) {
     return caf::make_error(caf::sec::invalid_argument, std::string{"rollout "} + st.setup.name + ": " + e.what());
   }
-  st.in_flight.emplace(job.id, pending{std::move(promise), std::move(*request), now_ns(), std::move(to_pool)});
+  st.in_flight.emplace(job.id, pending{std::move(promise), std::move(*request), now_ns(), std::move(to_pool),
+                                       std::move(listener), 0});
   keep_stepping(self);
   return std::nullopt;
 }
@@ -231,6 +245,22 @@ rollout_actor::behavior_type rollout_behavior(rollout_pointer self, rollout_setu
         if (auto err = submit(self, msg, promise, std::nullopt))
           promise.deliver(*err);
         return promise;
+      },
+      [self](stream_atom, packed<generation_request>& msg,
+             caf::actor& listener) -> caf::result<packed<trajectory>, std::string> {
+        auto promise = self->make_response_promise<packed<trajectory>, std::string>();
+        if (auto err = submit(self, msg, promise, std::nullopt, listener))
+          promise.deliver(*err);
+        return promise;
+      },
+      [self](cancel_atom, caf::actor& listener) {
+        auto& st = self->state;
+        for (auto& [id, p] : st.in_flight)
+          if (p.listener == listener) {
+            if (auto out = st.engine->cancel(id))
+              deliver(self, *out);  // answered as aborted
+            return;
+          }
       },
       [self](caf::tick_atom) {
         // Every sample a full pool refused is offered again; a refusal puts it back.

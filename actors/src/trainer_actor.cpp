@@ -38,39 +38,50 @@ local_weights current_weights(trainer_pointer self) {
   return {st.trainer->policy_version(), st.snapshot};
 }
 
-// Advantages per group (the samples of one prompt) from shaped rewards.
+// Advantages per group (the samples of one prompt) from shaped rewards. The
+// trajectories of one sample (an agent's episode split where its client
+// rewrote the history) share its reward and advantage, and count once.
 std::vector<kernels::rl_sample> to_samples(trainer_pointer self, const std::vector<trajectory>& trajectories,
                                            train_report& report) {
   auto& st = self->state;
-  std::map<uint64_t, std::vector<size_t>> groups;
+  std::map<uint64_t, std::map<uint32_t, std::vector<size_t>>> groups;
   for (size_t i = 0; i < trajectories.size(); ++i)
-    groups[trajectories[i].group_id].push_back(i);
+    groups[trajectories[i].group_id][trajectories[i].sample_index].push_back(i);
   std::vector<kernels::rl_sample> samples(trajectories.size());
   int64_t oldest = st.trainer->policy_version();
-  for (auto& [group, members] : groups) {
+  size_t counted = 0;
+  for (auto& [group, by_index] : groups) {
     std::vector<double> rewards;
-    for (auto i : members) {
-      auto& t = trajectories[i];
-      rewards.push_back(
-          kernels::shape_reward(t.reward, static_cast<int64_t>(t.output_tokens.size()), st.setup.shaping));
+    for (auto& [index, members] : by_index) {
+      int64_t generated = 0;
+      for (auto i : members)
+        generated += trajectories[i].generated_tokens();
+      auto& t = trajectories[members.front()];
+      rewards.push_back(kernels::shape_reward(t.reward, generated, st.setup.shaping));
       report.reward_mean += t.reward;
+      ++counted;
     }
     auto advantages = kernels::group_advantages(rewards, st.setup.estimator);
-    for (size_t k = 0; k < members.size(); ++k) {
-      auto& t = trajectories[members[k]];
-      auto& sample = samples[members[k]];
-      sample.prompt = t.prompt_tokens;
-      sample.response = t.output_tokens;
-      sample.behaviour_logprobs = t.behaviour_logprobs;
-      sample.advantage = advantages[k];
-      for (auto v : t.token_versions)
-        oldest = std::min(oldest, v);
+    size_t k = 0;
+    for (auto& [index, members] : by_index) {
+      for (auto i : members) {
+        auto& t = trajectories[i];
+        auto& sample = samples[i];
+        sample.prompt = t.prompt_tokens;
+        sample.response = t.output_tokens;
+        sample.behaviour_logprobs = t.behaviour_logprobs;
+        sample.loss_mask = t.loss_mask;
+        sample.advantage = advantages[k];
+        for (auto v : t.token_versions)
+          oldest = std::min(oldest, v);
+      }
+      ++k;
     }
   }
-  report.reward_mean /= static_cast<double>(std::max<size_t>(1, trajectories.size()));
+  report.reward_mean /= static_cast<double>(std::max<size_t>(1, counted));
   report.max_staleness = st.trainer->policy_version() - oldest;
-  // Empty responses carry no tokens to train on.
-  samples.erase(std::remove_if(samples.begin(), samples.end(), [](auto& x) { return x.response.empty(); }),
+  // Responses with no generated token carry nothing to train on.
+  samples.erase(std::remove_if(samples.begin(), samples.end(), [](auto& x) { return x.trained_tokens() == 0; }),
                 samples.end());
   return samples;
 }

@@ -92,7 +92,8 @@ trainer_side spawn_trainer_side(caf::actor_system& sys, const run_config& c, con
     ts.rollouts = s.rollouts;
   ts.publish_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.cluster.request_timeout_s * 1000));
   side.trainer = spawn_trainer(sys, ts);
-  side.store = spawn_sample_store(sys, side.trainer);
+  side.store = spawn_sample_store(sys, side.trainer,
+                                  rl.record_trajectories ? (s.run_dir / "trajectories.jsonl").string() : std::string{});
   return side;
 }
 

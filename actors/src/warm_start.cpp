@@ -47,7 +47,8 @@ void progress_line::close() {
 
 // -- supervised warm start ----------------------------------------------------
 
-bool warm_start(const run_config& c, model_parts& m, const std::atomic<bool>& stop, progress_line& progress) {
+bool warm_start(const run_config& c, model_parts& m, const std::atomic<bool>& stop, progress_line& progress,
+                const std::vector<kernels::sft_sample>& transcripts) {
   kernels::trainer_config tc;
   tc.optimizer.lr = c.sft.lr;
   tc.optimizer.warmup_steps = c.sft.warmup_steps;
@@ -56,7 +57,9 @@ bool warm_start(const run_config& c, model_parts& m, const std::atomic<bool>& st
   tc.optimizer.min_lr_ratio = 0.1;
   tc.seed = stream_seed(c.run.seed, 5);
   kernels::trainer sft(*m.policy, tc);
-  auto source = demonstration_source(c, m);
+  // Chat transcripts (an agent run's) in their order, again and again; else the task's demonstrations.
+  auto source = transcripts.empty() ? demonstration_source(c, m) : nullptr;
+  size_t next_transcript = 0;
   auto start = clock_type::now();
   double loss = 0;
   for (int64_t step = 0; step < c.sft.steps; ++step) {
@@ -64,6 +67,10 @@ bool warm_start(const run_config& c, model_parts& m, const std::atomic<bool>& st
       return false;
     std::vector<kernels::sft_sample> batch;
     while (static_cast<int64_t>(batch.size()) < c.sft.batch_size) {
+      if (!source) {
+        batch.push_back(transcripts[next_transcript++ % transcripts.size()]);
+        continue;
+      }
       auto item = source->next();
       if (!item) {
         // A finite dataset: another epoch (check_inputs made sure it holds a demonstration).

@@ -225,6 +225,40 @@ std::vector<generation_output> generation_engine::in_flight() const {
   return out;
 }
 
+std::optional<generation_output> generation_engine::cancel(uint64_t id) {
+  for (auto q = queue_.begin(); q != queue_.end(); ++q)
+    if (q->id == id) {
+      generation_output o;
+      o.id = id;
+      o.prompt = q->prompt;
+      o.finish = finish_reason::aborted;
+      queue_.erase(q);
+      return o;
+    }
+  for (size_t slot = 0; slot < active_.size(); ++slot) {
+    if (active_[slot].job.id != id)
+      continue;
+    auto out = std::move(active_[slot].out);
+    out.finish = finish_reason::aborted;
+    auto last = active_.size() - 1;
+    if (slot != last) {
+      cache_.move_slot(static_cast<int64_t>(last), static_cast<int64_t>(slot));
+      active_[slot] = std::move(active_[last]);
+    }
+    cache_.length[last] = 0;
+    active_.pop_back();
+    return out;
+  }
+  return std::nullopt;
+}
+
+const generation_output* generation_engine::running_output(uint64_t id) const {
+  for (auto& s : active_)
+    if (s.job.id == id)
+      return &s.out;
+  return nullptr;
+}
+
 std::vector<generation_output> generation_engine::abort_all() {
   std::vector<generation_output> out;
   for (auto& s : active_) {

@@ -5,7 +5,8 @@
 namespace areal::kernels {
 
 at::Tensor ppo_token_losses(const at::Tensor& logp, const at::Tensor& logp_prox, const at::Tensor& logp_behav,
-                            const at::Tensor& advantages, const ppo_config& c, ppo_token_stats* stats) {
+                            const at::Tensor& advantages, const ppo_config& c, ppo_token_stats* stats,
+                            const at::Tensor& loss_mask) {
   auto anchor = (c.decoupled ? logp_prox : logp_behav).detach().to(at::kFloat);
   auto adv = advantages.detach().to(at::kFloat);
   auto ratio = at::exp(logp.to(at::kFloat) - anchor);
@@ -22,9 +23,16 @@ at::Tensor ppo_token_losses(const at::Tensor& logp, const at::Tensor& logp_prox,
     over_cap = weight.gt(c.behaviour_cap);
     weight = c.cap_clamps ? at::clamp_max(weight, c.behaviour_cap) : weight.masked_fill(over_cap, 0.0);
   }
+  bool masked = loss_mask.defined();
+  auto keep = masked ? loss_mask.to(at::kBool) : at::Tensor{};
+  if (masked) {
+    weight = weight.masked_fill(keep.logical_not(), 0.0);
+    over_cap = over_cap.logical_and(keep);
+  }
   if (stats) {
-    stats->tokens += logp.size(0);
-    stats->clipped += clipped_term.lt(unclipped_term).sum().item<int64_t>();
+    stats->tokens += masked ? keep.sum().item<int64_t>() : logp.size(0);
+    auto clipped = clipped_term.lt(unclipped_term);
+    stats->clipped += (masked ? clipped.logical_and(keep) : clipped).sum().item<int64_t>();
     stats->behaviour_masked += over_cap.sum().item<int64_t>();
     stats->importance_weight_sum += weight.sum().item<double>();
   }

@@ -380,7 +380,7 @@ void tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) 
   }
 }
 
-std::vector<int32_t> tokenizer::encode(std::string_view text) const {
+std::vector<int32_t> tokenizer::encode(std::string_view text, bool match_special) const {
   std::vector<int32_t> out;
   size_t plain_start = 0, i = 0;
   auto flush = [&](size_t end) {
@@ -391,7 +391,7 @@ std::vector<int32_t> tokenizer::encode(std::string_view text) const {
   while (i < text.size()) {
     const added_token* hit = nullptr;
     for (auto& a : added_)
-      if (!a.content.empty() && text.compare(i, a.content.size(), a.content) == 0) {
+      if (!a.content.empty() && (match_special || !a.special) && text.compare(i, a.content.size(), a.content) == 0) {
         hit = &a;
         break;  // longest first
       }

@@ -234,11 +234,20 @@ bool trainer::apply_gradients(step_stats& stats) {
   return true;
 }
 
+int64_t rl_sample::trained_tokens() const {
+  if (loss_mask.empty())
+    return static_cast<int64_t>(response.size());
+  return std::count_if(loss_mask.begin(), loss_mask.end(), [](uint8_t m) { return m != 0; });
+}
+
 void trainer::check_batch(const std::vector<rl_sample>& batch) const {
   for (auto& s : batch) {
     if (s.behaviour_logprobs.size() != s.response.size())
       throw std::invalid_argument("a sample has " + std::to_string(s.response.size()) + " response tokens but " +
                                   std::to_string(s.behaviour_logprobs.size()) + " behaviour log-probabilities");
+    if (!s.loss_mask.empty() && s.loss_mask.size() != s.response.size())
+      throw std::invalid_argument("a sample has " + std::to_string(s.response.size()) +
+                                  " response tokens but a loss mask of " + std::to_string(s.loss_mask.size()));
     if (s.prompt.empty() || s.response.empty())
       throw std::invalid_argument("a sample needs a non-empty prompt and response");
   }
@@ -250,8 +259,12 @@ double trainer::accumulate(const std::vector<rl_sample>& batch, const std::vecto
   for (auto& s : batch)
     seqs.push_back({&s.prompt, &s.response});
   int64_t minibatch_tokens = 0;
-  for (auto i : members)
-    minibatch_tokens += static_cast<int64_t>(batch[i].response.size());
+  bool any_mask = false;
+  for (auto i : members) {
+    minibatch_tokens += batch[i].trained_tokens();
+    any_mask = any_mask || !batch[i].loss_mask.empty();
+  }
+  minibatch_tokens = std::max<int64_t>(1, minibatch_tokens);
   // Per replica, merged after the pass.
   struct partial {
     double loss = 0, kl = 0;
@@ -265,9 +278,16 @@ double trainer::accumulate(const std::vector<rl_sample>& batch, const std::vecto
       [&](policy_model& model, const std::vector<size_t>& mb, size_t k) {
         auto& part = parts[k];
         auto logp = micro_batch_logprobs(model, seqs, mb, &part.computed_tokens);
-        std::vector<float> p, b, a, r;
+        std::vector<float> p, b, a, r, keep;
         bool with_reference = config_.kl_coef > 0;
         for (auto i : mb) {
+          if (any_mask) {
+            auto& m = batch[i].loss_mask;
+            if (m.empty())
+              keep.insert(keep.end(), batch[i].response.size(), 1.0f);
+            else
+              keep.insert(keep.end(), m.begin(), m.end());
+          }
           p.insert(p.end(), prox[i].begin(), prox[i].end());
           b.insert(b.end(), batch[i].behaviour_logprobs.begin(), batch[i].behaviour_logprobs.end());
           a.insert(a.end(), batch[i].response.size(), static_cast<float>(batch[i].advantage));
@@ -276,10 +296,13 @@ double trainer::accumulate(const std::vector<rl_sample>& batch, const std::vecto
             r.insert(r.end(), batch[i].reference_logprobs.begin(), batch[i].reference_logprobs.end());
         }
         auto device = logp.device();
+        auto mask = any_mask ? at::tensor(keep).to(device) : at::Tensor{};
         auto losses = ppo_token_losses(logp, at::tensor(p).to(device), at::tensor(b).to(device),
-                                       at::tensor(a).to(device), config_.ppo, &part.ppo);
+                                       at::tensor(a).to(device), config_.ppo, &part.ppo, mask);
         if (with_reference) {
           auto kl = kl_penalty(logp, at::tensor(r).to(device), config_.kl);
+          if (any_mask)
+            kl = kl * mask;
           part.kl += kl.sum().item<double>();
           losses = losses + config_.kl_coef * kl;
         }
@@ -359,16 +382,34 @@ step_stats trainer::sft_update(const std::vector<sft_sample>& batch) {
   step_stats stats;
   std::vector<sequence_ref> seqs;
   int64_t total = 0;
+  bool any_mask = false;
   for (auto& s : batch) {
     if (s.prompt.empty() || s.response.empty())
       throw std::invalid_argument("an SFT sample needs a non-empty prompt and response");
+    if (!s.loss_mask.empty() && s.loss_mask.size() != s.response.size())
+      throw std::invalid_argument("an SFT sample has " + std::to_string(s.response.size()) +
+                                  " response tokens but a loss mask of " + std::to_string(s.loss_mask.size()));
     seqs.push_back({&s.prompt, &s.response});
-    total += static_cast<int64_t>(s.response.size());
+    any_mask = any_mask || !s.loss_mask.empty();
+    total += s.loss_mask.empty() ? static_cast<int64_t>(s.response.size())
+                                 : std::count_if(s.loss_mask.begin(), s.loss_mask.end(), [](uint8_t m) { return m; });
   }
+  total = std::max<int64_t>(total, 1);
   std::vector<size_t> all(seqs.size());
   std::iota(all.begin(), all.end(), 0);
   for (auto& mb : plan(seqs, all)) {
     auto logp = micro_batch_logprobs(model_, seqs, mb, &stats.computed_tokens);
+    if (any_mask) {
+      std::vector<float> keep;
+      for (auto i : mb) {
+        auto& m = batch[i].loss_mask;
+        if (m.empty())
+          keep.insert(keep.end(), batch[i].response.size(), 1.0f);
+        else
+          keep.insert(keep.end(), m.begin(), m.end());
+      }
+      logp = logp * at::tensor(keep).to(logp.device());
+    }
     auto loss = -logp.sum() / static_cast<double>(total);
     loss.backward();
     stats.loss += loss.item<double>();

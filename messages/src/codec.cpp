@@ -227,6 +227,10 @@ caf::expected<std::vector<char>> encode(const trajectory& x) {
   t.setScoringStartNs(x.timestamps.scoring_start_ns);
   root.setProducer(x.producer);
   root.setPromptVersion(x.prompt_version);
+  if (!x.loss_mask.empty() && x.loss_mask.size() != x.output_tokens.size())
+    return invalid("trajectory: " + std::to_string(x.output_tokens.size()) + " output tokens but a loss mask of " +
+                   std::to_string(x.loss_mask.size()) + "; it must be empty or as long");
+  fill(root.initLossMask(x.loss_mask.size()), x.loss_mask);
   return finish(builder);
 }
 
@@ -262,6 +266,13 @@ caf::expected<trajectory> decode<trajectory>(const char* data, size_t size) {
         x.timestamps.scoring_start_ns = t.getScoringStartNs();
         x.producer = to_std(r.getProducer());
         x.prompt_version = r.getPromptVersion();
+        x.loss_mask = to_vector<uint8_t>(r.getLossMask());
+        if (!x.loss_mask.empty() && x.loss_mask.size() != x.output_tokens.size())
+          return invalid("trajectory: " + std::to_string(x.output_tokens.size()) + " output tokens but a loss mask of " +
+                         std::to_string(x.loss_mask.size()));
+        for (auto m : x.loss_mask)
+          if (m > 1)
+            return invalid("trajectory: a loss mask entry is " + std::to_string(m) + "; entries are 0 or 1");
         return x;
       });
 }

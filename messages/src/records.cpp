@@ -22,9 +22,19 @@ bool trajectory_timestamps::operator==(const trajectory_timestamps& o) const {
 bool trajectory::operator==(const trajectory& o) const {
   return std::tie(prompt_id, group_id, sample_index, prompt_tokens, output_tokens, behaviour_logprobs, token_versions,
                   finish, reward, judged, verdict_detail, timestamps, producer,
-                  prompt_version) == std::tie(o.prompt_id, o.group_id, o.sample_index, o.prompt_tokens, o.output_tokens,
-                                              o.behaviour_logprobs, o.token_versions, o.finish, o.reward, o.judged,
-                                              o.verdict_detail, o.timestamps, o.producer, o.prompt_version);
+                  prompt_version, loss_mask) == std::tie(o.prompt_id, o.group_id, o.sample_index, o.prompt_tokens,
+                                                         o.output_tokens, o.behaviour_logprobs, o.token_versions,
+                                                         o.finish, o.reward, o.judged, o.verdict_detail, o.timestamps,
+                                                         o.producer, o.prompt_version, o.loss_mask);
+}
+
+int64_t trajectory::generated_tokens() const {
+  if (loss_mask.empty())
+    return static_cast<int64_t>(output_tokens.size());
+  int64_t n = 0;
+  for (auto m : loss_mask)
+    n += m != 0;
+  return n;
 }
 
 bool run_state::operator==(const run_state& o) const {

@@ -362,6 +362,70 @@ void check_rules(toml::table& root, context& ctx) {
              std::to_string(*buffer) + " exceeds rl.max_new_tokens (" + std::to_string(*longest) +
                  "); use at most that (0: no overlong penalty)");
 
+  // The endpoint: on a rollout node (the controller's in this build), behind a key beyond loopback.
+  bool any_endpoint = false;
+  for (size_t i = 0; ctx.errors.empty() && i < nodes->size(); ++i) {
+    auto* t = (*nodes)[i].as_table();
+    if (!t)
+      continue;
+    auto port = (*t)["http_port"].value<int64_t>().value_or(0);
+    if (port == 0)
+      continue;
+    any_endpoint = true;
+    auto key = "nodes[" + std::to_string(i) + "].http_port";
+    bool rollout = false, controller = false;
+    if (auto* roles = (*t)["roles"].as_array())
+      for (auto& r : *roles) {
+        rollout = rollout || r.value<std::string>() == "rollout";
+        controller = controller || r.value<std::string>() == "controller";
+      }
+    if (!rollout)
+      ctx.fail(ctx.where((*t)["http_port"].node()), key,
+               "the endpoint generates with its node's rollout workers, and this node has no \"rollout\" role; "
+               "add it, or set http_port on a rollout node");
+    else if (!controller)
+      ctx.fail(ctx.where((*t)["http_port"].node()), key,
+               "this build serves the endpoint on the controller's node only (episodes go to the controller and "
+               "the sample store from there); set http_port on the node with the \"controller\" role");
+    auto host = (*t)["http_host"].value<std::string>().value_or("127.0.0.1");
+    bool loopback = host.rfind("127.", 0) == 0 || host == "::1" || host == "localhost";
+    auto key_file = root["endpoint"]["api_key_file"].value<std::string>().value_or("-");
+    if (!loopback && key_file == "-")
+      ctx.fail(ctx.where((*t)["http_host"].node()), "nodes[" + std::to_string(i) + "].http_host",
+               "\"" + host +
+                   "\" is reachable beyond this machine, and the endpoint has no API key; set endpoint.api_key_file "
+                   "(a file holding the key clients send as a bearer token), or listen on 127.0.0.1");
+  }
+  if (rl_run && kind && *kind == "agent") {
+    if (ctx.errors.empty() && !any_endpoint)
+      ctx.fail(ctx.where(root["task"]["kind"].node()), "task.kind",
+               "\"agent\" trains on episodes that agents run through the endpoint, and no node has an http_port; "
+               "set http_port on the controller's node (which needs the \"rollout\" role)");
+    auto command = root["agent"]["command"].value<std::string>().value_or("-");
+    bool has_command = command != "-" && !command.empty();
+    auto sft = root["sft"]["steps"].value<int64_t>().value_or(0);
+    auto demos = root["agent"]["demos"].value<int64_t>().value_or(0);
+    if (sft > 0 && (!has_command || demos <= 0))
+      ctx.fail(ctx.where(root["sft"]["steps"].node()), "sft.steps",
+               std::to_string(sft) +
+                   ": an agent run warm-starts on the chat transcripts its agent program writes; set "
+                   "agent.command and agent.demos > 0, or sft.steps = 0 and start from a model directory "
+                   "(model.path) trained before");
+    auto evals = root["eval"]["prompts"].value<int64_t>().value_or(0);
+    if (evals > 0)
+      ctx.fail(ctx.where(root["eval"]["prompts"].node()), "eval.prompts",
+               std::to_string(evals) +
+                   ": in agent runs the agent measures success on its held-out episodes; set eval.prompts = 0 "
+                   "and agent.eval_episodes instead");
+    auto agent_evals = root["agent"]["eval_episodes"].value<int64_t>().value_or(0);
+    if (agent_evals > 0 && !has_command)
+      ctx.fail(ctx.where(root["agent"]["eval_episodes"].node()), "agent.eval_episodes",
+               std::to_string(agent_evals) + ": the held-out episodes are run by the agent program; set agent.command");
+  } else if (!(kind && *kind == "agent") && root["agent"]["command"].value<std::string>().value_or("-") != "-") {
+    ctx.fail(ctx.where(root["agent"]["command"].node()), "agent.command",
+             "an agent program drives agent runs only; set task.kind = \"agent\" or remove agent.command");
+  }
+
   // One node trains: the controller's, or a node of its own.
   std::vector<std::string> trainers;
   for (size_t i = 0; ctx.errors.empty() && i < nodes->size(); ++i) {

@@ -231,7 +231,9 @@ std::vector<section> make_table() {
        "The training and evaluation prompts: a seeded generator or JSONL files.",
        {
            text("kind", &c::task, &task_spec::kind,
-                "running_sums: the built-in generator; jsonl: train_path and eval_path", {"running_sums", "jsonl"}),
+                "running_sums: the built-in generator; jsonl: train_path and eval_path; agent: episodes that agents "
+                "run through the endpoint (a node's http_port), with the rewards they give",
+                {"running_sums", "jsonl", "agent"}),
            optional_path("train_path", &c::task, &task_spec::train_path, "JSONL training prompts (kind jsonl)"),
            optional_path("eval_path", &c::task, &task_spec::eval_path,
                          "JSONL held-out prompts (kind jsonl; - : the first eval.prompts training items are held out)"),
@@ -241,6 +243,47 @@ std::vector<section> make_table() {
            in("max_terms", &c::task, &task_spec::max_terms, 2, 64, "running sums: most terms"),
            in("truncated_fraction", &c::task, &task_spec::truncated_fraction, 0, 1,
               "running sums: share of SFT demonstrations that stop one partial sum short (RL teaches to finish)"),
+       }});
+  auto body = base("max_body_kb", kind::integer, 1, 1048576, {},
+                   "largest request body; a larger one is answered 413");
+  body.get = [](const run_config& x) { return value{static_cast<int64_t>(x.endpoint.max_body_bytes / 1024)}; };
+  body.set = [](run_config& x, const toml::node& n) { x.endpoint.max_body_bytes = from_node<uint64_t>(n) * 1024; };
+  t.push_back(
+      {"endpoint",
+       false,
+       "The OpenAI-compatible HTTP endpoint of rollout nodes (a node's http_port turns it on).",
+       {
+           text("model_name", &c::endpoint, &endpoint_spec::model_name,
+                "the model id clients name in requests and GET /v1/models lists"),
+           optional_path("api_key_file", &c::endpoint, &endpoint_spec::api_key_file,
+                         "file holding the API key clients send as \"Authorization: Bearer KEY\" (- : none; "
+                         "required when http_host is not a loopback address)"),
+           body,
+           in("request_timeout_s", &c::endpoint, &endpoint_spec::request_timeout_s, 0.1, 86400,
+              "deadline of one model call; past it the call is answered 503 and its generation stopped"),
+           in("max_pending", &c::endpoint, &endpoint_spec::max_pending, 1, 1e6,
+              "model calls generating or waiting at once; more are answered 429"),
+           in("threads", &c::endpoint, &endpoint_spec::threads, 1, 4096,
+              "connections served at once (each waits for its generation); more wait for a free one"),
+           in("episode_timeout_s", &c::endpoint, &endpoint_spec::episode_timeout_s, 1, 86400 * 7,
+              "an episode not ended within this is dropped with the reason; a task's group not filled by "
+              "then is dropped"),
+       }});
+  t.push_back(
+      {"agent",
+       false,
+       "The agent program of an agent run (task.kind = \"agent\"), started by areal with the endpoint's address "
+       "in its environment (OPENAI_BASE_URL, AREAL_BASE_URL, AREAL_AGENT_MODE: demos, eval or train).",
+       {
+           optional_path("command", &c::agent, &agent_spec::command,
+                         "the agent program and its arguments, split at spaces (a bare name is looked for beside "
+                         "the areal binary, then on PATH; - : none, agents come from outside)"),
+           in("demos", &c::agent, &agent_spec::demos, 0, 1e7,
+              "chat transcripts the agent writes (mode demos) for the warm start, when sft.steps > 0"),
+           in("eval_episodes", &c::agent, &agent_spec::eval_episodes, 0, 1e7,
+              "held-out episodes the agent runs greedily (mode eval) before and after RL; 0: none"),
+           in("wait_s", &c::agent, &agent_spec::wait_s, 1, 86400,
+              "longest the demos or one evaluation may take; then the agent is stopped and the run ends"),
        }});
   t.push_back({"sft",
                false,
@@ -303,6 +346,9 @@ std::vector<section> make_table() {
            in("max_concurrent", &c::rl, &rl_spec::max_concurrent, 1, 1e6, "requests in flight over all engines"),
            in("checkpoint_every", &c::rl, &rl_spec::checkpoint_every, 0, 1e7,
               "steps between run checkpoints (0: only at the end and on SIGINT)"),
+           in("record_trajectories", &c::rl, &rl_spec::record_trajectories, -inf, inf,
+              "append every trained trajectory (tokens, loss mask, versions, behaviour log-probabilities, reward) "
+              "to trajectories.jsonl in the run directory, for inspection (large)"),
        }});
   t.push_back(
       {"eval",
@@ -338,6 +384,10 @@ std::vector<section> make_table() {
            node_key("port", &node_spec::port, 0, 65535, "TCP port (0: no listening; only for a single-node topology)"),
            roles,
            node_key("compute_threads", &node_spec::compute_threads, 1, 1024, "threads for LibTorch work on this node"),
+           node_key("http_port", &node_spec::http_port, 0, 65535,
+                    "port of the node's OpenAI-compatible endpoint (rollout nodes; 0: none)"),
+           node_key("http_host", &node_spec::http_host, -inf, inf,
+                    "address the endpoint listens on (beyond loopback: endpoint.api_key_file is required)"),
        }});
   return t;
 }

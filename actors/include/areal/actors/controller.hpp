@@ -63,6 +63,11 @@ struct controller_setup {
   int64_t checkpoint_every = 0;  // steps; 0: only when the run ends or stops
   std::optional<controller_checkpoint> resume;
   std::shared_ptr<tracer> trace;
+  /// Agent runs: samples are episodes opened by endpoints (episode_atom), not
+  /// the prompt stream's; no reward pool is needed (the agent gives the reward).
+  bool agent_episodes = false;
+  /// A group whose group_size episodes did not all open within this is dropped.
+  std::chrono::milliseconds episode_timeout{600000};
   /// Receives (done_atom, int32_t exit_code, std::string why) once, when the run ends.
   done_listener_actor listener;
 };

@@ -28,7 +28,7 @@ namespace areal {
 
 /// Version of the actor message protocol below. Nodes of different protocol
 /// versions refuse each other at the handshake.
-inline constexpr uint32_t protocol_version = 3;
+inline constexpr uint32_t protocol_version = 4;
 
 using stats_atom = caf::atom_constant<caf::atom("stats")>;
 using join_atom = caf::atom_constant<caf::atom("join")>;
@@ -95,6 +95,9 @@ struct local_weights {
   std::shared_ptr<const at::Tensor> flat;
 };
 
+using stream_atom = caf::atom_constant<caf::atom("stream")>;
+using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
+
 /// The ROLLOUT WORKER interface: a generation engine on its own thread that
 /// never waits for the trainer.
 using rollout_actor = caf::typed_actor<
@@ -108,6 +111,11 @@ using rollout_actor = caf::typed_actor<
     caf::replies_to<packed<generation_request>, packed<reward_task>, caf::actor, caf::actor>::with<sample_summary>,
     // Generate one sample only: the reply is the trajectory and its text.
     caf::replies_to<packed<generation_request>>::with<packed<trajectory>, std::string>,
+    // The same for a client of the endpoint, streamed: after every engine step
+    // the tokens sampled in it go to the listener as (stream_atom, std::vector<int32_t>).
+    caf::replies_to<stream_atom, packed<generation_request>, caf::actor>::with<packed<trajectory>, std::string>,
+    // The listener's client went away: its request ends now, answered with an error.
+    caf::reacts_to<cancel_atom, caf::actor>,
     // New weights: applied at the next step boundary, interrupting in-flight
     // sequences (their caches are recomputed with the new weights).
     caf::reacts_to<local_weights>,
@@ -182,6 +190,9 @@ using forget_atom = caf::atom_constant<caf::atom("forget")>;
 using sample_store_actor = caf::typed_actor<
     // A scored trajectory (from a reward pool): kept under a new slot; the reply is its summary.
     caf::replies_to<packed<trajectory>>::with<sample_summary>,
+    // The trajectories of one sample (an agent's episode, split where its
+    // client rewrote the history; an endpoint sets the reward): one slot, one summary.
+    caf::replies_to<std::vector<packed<trajectory>>>::with<sample_summary>,
     // Train on the trajectories of these slots (they leave the store): handed to
     // the trainer, whose reply (train_report) goes to the requester.
     caf::replies_to<train_atom, std::vector<uint64_t>>::with<train_report>,
@@ -302,6 +313,8 @@ typename Inspector::result_type inspect(Inspector& f, controller_stats& x) {
            x.trained_tokens);
 }
 
+using episode_atom = caf::atom_constant<caf::atom("episode")>;
+
 /// The CONTROLLER interface: owns the prompt stream and the data flow.
 using controller_actor = caf::typed_actor<
     // Its counters.
@@ -320,7 +333,19 @@ using controller_actor = caf::typed_actor<
     // How the weights of a version reached each subscriber (from the trainer, after a step).
     caf::reacts_to<std::vector<weight_delivery>>,
     // Membership deadline (sent to itself): no rollout worker for member_timeout ends the run.
-    caf::reacts_to<caf::tick_atom>>;
+    caf::reacts_to<caf::tick_atom>,
+    // Agent runs (task.kind = "agent"): an endpoint (the holder named) opens an
+    // episode of a task (the agent's key; the episodes of one task form groups
+    // of group_size). The reply is its sample (group, index) and the policy
+    // version at admission; refused with an episode_errc while the staleness
+    // gate is closed, in a run that trains on its own prompts, or after the run ended.
+    caf::replies_to<episode_atom, std::string, std::string>::with<uint64_t, uint32_t, int64_t>,
+    // An episode ended: its trajectories are in the sample store (the summary).
+    caf::reacts_to<episode_atom, sample_summary>,
+    // An episode will not be trained (group, index, why): its endpoint dropped it.
+    caf::reacts_to<episode_atom, uint64_t, uint32_t, std::string>,
+    // A group's deadline (sent to itself): a group whose episodes did not all open by then is dropped.
+    caf::reacts_to<episode_atom, uint64_t>>;
 
 /// Counters of the reward pool.
 struct reward_pool_stats {
@@ -362,6 +387,17 @@ enum class reward_errc : uint8_t {
 };
 const char* to_string(reward_errc x);
 
+/// Why the controller refuses to open an episode.
+enum class episode_errc : uint8_t {
+  /// The staleness gate is closed: the trainer must catch up first; ask again.
+  gate_closed = 1,
+  /// The run trains on its own prompts (task.kind is not "agent").
+  not_agent_run,
+  /// The run admits no more work (it is ending or ended).
+  run_ended,
+};
+const char* to_string(episode_errc x);
+
 /// Errors of the node protocol.
 enum class node_errc : uint8_t {
   /// The peer runs another protocol or schema version: run one areal build everywhere.
@@ -394,6 +430,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(areal::local_weights)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(areal::local_batch)
 CAF_ERROR_CODE_ENUM(areal::node_errc, "node")
 CAF_ERROR_CODE_ENUM(areal::reward_errc, "reward")
+CAF_ERROR_CODE_ENUM(areal::episode_errc, "episode")
 CAF_ERROR_CODE_ENUM(areal::weight_errc, "weights")
 
 CAF_BEGIN_TYPE_ID_BLOCK(areal, caf::first_custom_type_id)
@@ -410,4 +447,6 @@ CAF_ADD_TYPE_ID(areal, (areal::train_report))
 CAF_ADD_TYPE_ID(areal, (areal::controller_stats))
 CAF_ADD_TYPE_ID(areal, (std::vector<areal::weight_delivery>))
 CAF_ADD_TYPE_ID(areal, (std::vector<uint64_t>))
+CAF_ADD_TYPE_ID(areal, (std::vector<int32_t>))
+CAF_ADD_TYPE_ID(areal, (std::vector<areal::packed<areal::trajectory>>))
 CAF_END_TYPE_ID_BLOCK(areal)

@@ -33,6 +33,7 @@ struct rl_job_actors {
   std::vector<rollout_actor> rollouts;
   evaluator_actor evaluator;         // unset without periodic evaluation
   weight_publisher_actor publisher;  // multi-node runs only
+  uint16_t endpoint_port = 0;        // the OpenAI-compatible endpoint's port (0: none on this node)
 };
 
 struct rl_job_options {

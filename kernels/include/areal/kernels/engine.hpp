@@ -85,6 +85,11 @@ class generation_engine {
   void update_weights(int64_t version, at::Tensor weights);
   /// Ends every queued and running request now, with finish reason `aborted`.
   std::vector<generation_output> abort_all();
+  /// Ends one request now (a client that went away), freeing its slot; its
+  /// output so far with finish reason `aborted`, or nothing when it is not here.
+  std::optional<generation_output> cancel(uint64_t id);
+  /// The tokens a running request has so far (nullptr when queued or unknown).
+  const generation_output* running_output(uint64_t id) const;
 
   size_t running() const { return active_.size(); }
   size_t queued() const { return queue_.size(); }

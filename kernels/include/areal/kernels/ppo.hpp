@@ -35,8 +35,11 @@ struct ppo_token_stats {
 /// Per-token losses [N] (masked tokens contribute 0). logp [N] requires grad;
 /// logp_prox, logp_behav, advantages [N] are constants. The caller divides the
 /// sum by the PPO minibatch's token count (token mean over the minibatch).
+/// `loss_mask` [N] (optional, 0 or 1): tokens with 0 (a multi-turn episode's
+/// tool and template tokens) get loss 0 and are not counted in `stats`.
 at::Tensor ppo_token_losses(const at::Tensor& logp, const at::Tensor& logp_prox, const at::Tensor& logp_behav,
-                            const at::Tensor& advantages, const ppo_config& config, ppo_token_stats* stats = nullptr);
+                            const at::Tensor& advantages, const ppo_config& config, ppo_token_stats* stats = nullptr,
+                            const at::Tensor& loss_mask = {});
 
 enum class kl_estimator { k1, k2, k3 };
 kl_estimator parse_kl_estimator(const std::string& name);

@@ -35,7 +35,9 @@ class tokenizer {
   std::string to_json() const;
   void save(const std::string& path) const;
 
-  std::vector<int32_t> encode(std::string_view text) const;
+  /// `match_special` false: special tokens' text (e.g. "<|im_end|>" inside a
+  /// chat message) is encoded as plain text, never as the special token.
+  std::vector<int32_t> encode(std::string_view text, bool match_special = true) const;
   /// Ids past the vocabulary (a padded model vocabulary) decode as U+FFFD; a negative id throws.
   std::string decode(const std::vector<int32_t>& ids, bool skip_special = false) const;
 

@@ -71,11 +71,18 @@ struct rl_sample {
   std::vector<float> behaviour_logprobs;  // one per response token
   double advantage = 0.0;                 // per sequence (outcome reward), given to each of its tokens
   std::vector<float> reference_logprobs;  // optional, for the KL term
+  /// Empty (every response token is trained) or one per response token: 0 for
+  /// the tool and template tokens of a multi-turn episode (context, not trained).
+  std::vector<uint8_t> loss_mask;
+  int64_t trained_tokens() const;
 };
 
 struct sft_sample {
   std::vector<int32_t> prompt;    // masked out of the loss
   std::vector<int32_t> response;  // trained on
+  /// Empty (every response token is trained) or one per response token: 0 on
+  /// the template and tool tokens between a transcript's assistant turns.
+  std::vector<uint8_t> loss_mask;
 };
 
 struct step_stats {

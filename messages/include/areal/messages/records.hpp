@@ -66,6 +66,12 @@ struct trajectory {
   // The version of every prompt token: the policy version when the sample was
   // admitted (its prompt was read then), ARCHITECTURE.md section 2.
   int64_t prompt_version = 0;
+  // Empty, or one entry per output token: 1 where the model generated the
+  // token (trained), 0 for template, tool and environment tokens of a
+  // multi-turn episode (context only; their log-probabilities are 0).
+  std::vector<uint8_t> loss_mask;
+  /// Output tokens the model generated (all of them without a mask).
+  int64_t generated_tokens() const;
   bool operator==(const trajectory&) const;
 };
 

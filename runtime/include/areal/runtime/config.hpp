@@ -28,6 +28,8 @@ struct node_spec {
   uint16_t port = 0;  // 0: does not listen (allowed for a single-node topology only)
   std::vector<role> roles;
   uint32_t compute_threads = 1;
+  uint16_t http_port = 0;               // the OpenAI-compatible endpoint (rollout nodes); 0: none
+  std::string http_host = "127.0.0.1";  // where it listens; beyond loopback it needs endpoint.api_key_file
   bool has(role x) const;
 };
 
@@ -74,8 +76,28 @@ struct model_spec {
   std::string dtype = "float32";  // float32, bfloat16, float16
 };
 
+struct endpoint_spec {
+  std::string model_name = "areal";  // the model id clients name (GET /v1/models)
+  std::string api_key_file;          // a file holding the bearer token clients must send; empty: none
+  uint64_t max_body_bytes = uint64_t{1} << 20;
+  double request_timeout_s = 120;  // one model call, from its arrival to its reply
+  uint32_t max_pending = 256;      // model calls generating or waiting at once; more are answered 429
+  uint32_t threads = 64;           // connections served at once (each may wait for its generation)
+  double episode_timeout_s = 600;  // an episode not ended by then is dropped (and a group not filled)
+};
+
+/// The agent program of an agent run (task.kind = "agent"): areal starts it
+/// with the endpoint's address in its environment, to write demonstrations,
+/// to run the held-out episodes and to run the training episodes.
+struct agent_spec {
+  std::string command;         // the program and its arguments (split at spaces); empty: agents come from outside
+  int64_t demos = 0;           // chat transcripts it writes for the warm start (sft.steps > 0)
+  int64_t eval_episodes = 0;   // held-out episodes before and after RL; 0: none
+  double wait_s = 600;         // longest one phase of it (demos, an evaluation) may take
+};
+
 struct task_spec {
-  std::string kind = "running_sums";  // or jsonl
+  std::string kind = "running_sums";  // or jsonl, or agent (episodes from the endpoint)
   std::string train_path;             // jsonl only
   std::string eval_path;              // jsonl only; empty: hold out the first eval.prompts training items
   int64_t max_value = 9;
@@ -122,6 +144,7 @@ struct rl_spec {
   int64_t rollout_slots = 64;
   int64_t max_concurrent = 128;
   int64_t checkpoint_every = 20;
+  bool record_trajectories = false;  // every trained trajectory to trajectories.jsonl in the run directory
   /// The staleness bound in force: 0 in synchronous mode.
   int64_t effective_eta() const { return synchronous ? 0 : eta; }
 };
@@ -138,6 +161,8 @@ struct run_config {
   reward_spec reward;
   model_spec model;
   task_spec task;
+  endpoint_spec endpoint;
+  agent_spec agent;
   sft_spec sft;
   rl_spec rl;
   eval_spec eval;
