@@ -73,14 +73,8 @@ std::string prompt_of(const std::vector<int>& terms) {
 }
 
 const json& add_tool() {
-  static const json tool = {
-      {"type", "function"},
-      {"function",
-       {{"name", "add"},
-        {"parameters",
-         {{"type", "object"},
-          {"properties", {{"a", {{"type", "integer"}}}, {"b", {{"type", "integer"}}}}},
-          {"required", {"a", "b"}}}}}}};
+  // Declared briefly: a character-level model pays for every character of context on every call.
+  static const json tool = {{"type", "function"}, {"function", {{"name", "add"}, {"description", "a+b"}}}};
   return tool;
 }
 
@@ -126,8 +120,10 @@ class areal_client {
     if (!episode.empty())
       h.emplace("X-Episode-Id", episode);
     auto r = client_.Post(path, h, body.dump(), "application/json");
-    if (!r)
+    if (!r) {
+      std::cerr << "calculator agent: POST " << path << ": " << httplib::to_string(r.error()) << "\n";
       return {};
+    }
     return {r->status, json::parse(r->body, nullptr, false)};
   }
 
@@ -165,7 +161,7 @@ outcome run_episode(areal_client& http, const settings& s, const options& o, con
                     {"messages", messages},
                     {"tools", json::array({add_tool()})},
                     {"temperature", eval ? 0.0 : 1.0},
-                    {"max_tokens", 64}};
+                    {"max_tokens", 96}};
     reply r;
     for (int attempt = 0; attempt < 200; ++attempt) {
       r = http.post("/v1/chat/completions", request, id);
@@ -175,8 +171,10 @@ outcome run_episode(areal_client& http, const settings& s, const options& o, con
     }
     if (r.status == 0)
       return outcome::unreachable;
-    if (r.status != 200 || !r.body.is_object() || !r.body.contains("choices"))
-      break;  // the episode is abandoned; the endpoint drops it at its deadline
+    if (r.status != 200 || !r.body.is_object() || !r.body.contains("choices")) {
+      std::cerr << "calculator agent: model call failed (" << r.status << "): " << r.body.dump() << "\n";
+      break;  // ended with reward 0
+    }
     auto& choice = r.body["choices"][0];
     auto& message = choice["message"];
     messages.push_back(message);
@@ -204,6 +202,9 @@ outcome run_episode(areal_client& http, const settings& s, const options& o, con
   auto ended = http.post("/rl/episodes/" + id + "/end", {{"reward", reward}});
   if (ended.status == 0)
     return outcome::unreachable;
+  if (ended.status != 200)
+    std::cerr << "calculator agent: ending episode " << id << " failed (" << ended.status << "): " << ended.body.dump()
+              << "\n";
   if (reward_out)
     *reward_out = reward;
   return outcome::done;
@@ -231,6 +232,8 @@ int run_eval(const settings& s, const options& o) {
         while ((r = run_episode(http, s, o, terms, "eval-" + std::to_string(i), true, &reward)) == outcome::gate_closed)
           std::this_thread::sleep_for(std::chrono::milliseconds(50));
         if (r != outcome::done) {
+          std::cerr << "calculator agent: held-out episode " << i << " could not run ("
+                    << (r == outcome::unreachable ? "areal unreachable" : "refused") << ")\n";
           failed++;
           return;
         }

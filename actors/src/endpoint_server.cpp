@@ -8,6 +8,8 @@
 #include <mutex>
 #include <thread>
 
+#include <sys/socket.h>
+
 #include <httplib.h>
 
 #include <caf/all.hpp>
@@ -550,11 +552,24 @@ http_endpoint::http_endpoint(caf::actor_system& sys, endpoint_setup setup)
   m.server.set_write_timeout(10, 0);
   m.server.set_keep_alive_timeout(5);
   m.routes();
+  // Debian's cpp-httplib is a compiled library that listens with a backlog of
+  // 5: agents opening many connections at once while the cores generate
+  // overflowed it (the kernel drops such a connection after the client sent
+  // its request: "Read" errors). The listening socket gets a real backlog.
+  std::atomic<int> listening{-1};
+  m.server.set_socket_options([&listening](socket_t fd) {
+    int yes = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    listening = fd;
+  });
   m.bound_port = m.setup.port == 0 ? m.server.bind_to_any_port(m.setup.host)
                                    : (m.server.bind_to_port(m.setup.host, m.setup.port) ? m.setup.port : -1);
   if (m.bound_port <= 0)
     throw std::runtime_error("the endpoint cannot listen on " + m.setup.host + ":" + std::to_string(m.setup.port) +
                              " (in use, or not an address of this machine); choose another http_port");
+  if (listening >= 0)
+    ::listen(listening, 1024);
+  m.server.set_socket_options([](socket_t) {});
   m.listener = std::thread([this] { impl_->server.listen_after_bind(); });
   m.sweeper = std::thread([this] { impl_->sweep_loop(); });
   spdlog::info("endpoint: serving model \"{}\" at http://{}:{}/v1{}", m.setup.model_name, m.setup.host, m.bound_port,
