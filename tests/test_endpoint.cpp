@@ -281,6 +281,24 @@ TEST_CASE("A client that goes away mid-stream frees its generation; 1,000 connec
     r.join();
   CHECK(ok == 1000);
   CHECK(other == 0);
+
+  // 256 clients connecting at the same moment (agents starting together): all
+  // answered; a listen backlog of 5 lost some of them.
+  std::atomic<int> ready{0}, burst_ok{0};
+  std::vector<std::thread> burst;
+  for (int t = 0; t < 256; ++t)
+    burst.emplace_back([&] {
+      ready++;
+      while (ready < 256)
+        std::this_thread::yield();
+      auto c = f.client();
+      auto r = c.Get("/health");
+      if (r && r->status == 200)
+        burst_ok++;
+    });
+  for (auto& t : burst)
+    t.join();
+  CHECK(burst_ok == 256);
   // And a model call still works.
   f.post("/v1/chat/completions", chat_body(), 200);
 }
