@@ -102,12 +102,14 @@ struct in_process {
   caf::actor_system& sys;
   rollout_actor worker;
   int64_t vocab;
+  int32_t eos;  // the endpoint stops a completion at it: so does this side
   std::unique_ptr<caf::scoped_actor> open() const { return std::make_unique<caf::scoped_actor>(sys); }
   int64_t send(std::unique_ptr<caf::scoped_actor>& self, uint64_t id) const {
     generation_request g;
     g.prompt_id = id;
     g.prompt_tokens = prompt_of(id, vocab);
     g.sampling.max_new_tokens = new_tokens;
+    g.sampling.stop_tokens = {eos};
     g.seed = id + 1;
     int64_t n = -1;
     (*self)->request(worker, std::chrono::seconds(120), *pack(g))
@@ -184,7 +186,7 @@ int main(int argc, char** argv) {
   es.no_chat_reason = "completions only";
   auto endpoint = std::make_unique<http_endpoint>(sys, es);
 
-  in_process direct{sys, worker, tok->vocab_size()};
+  in_process direct{sys, worker, tok->vocab_size(), *tok->token_id("<|endoftext|>")};
   over_http http{endpoint->port(), tok->vocab_size()};
   json report = {{"threads", threads}, {"blas", kernels::describe(facts)}, {"quick", opts.quick}};
   drive(4, 2, direct);  // warm-up: allocations, the first JIT-free pass

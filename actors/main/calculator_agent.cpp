@@ -3,18 +3,20 @@
 // /rl/episodes routes), as any external agent would.
 //
 // The task: a sum of 3-digit numbers ("417+385+902"), too long for a tiny
-// model to add in its head, with an `add(a, b)` tool. The model calls add on
-// the first two terms, then on the running total and the next term, and
-// answers the total; the reward is 1 for the exact total, else 0.
+// model to add in its head, with a calculator tool `add` that adds the next
+// term to its running total and answers the total and how many terms are left
+// ("802, 1 left", "1704, done"). The model calls it once per term, then
+// replies; the reward is 1 when the sum is complete (every term added), else 0.
 //
 // Its modes (AREAL_AGENT_MODE, see actors/src/agent_program.hpp):
-//   demos  writes AREAL_DEMOS transcripts to stdout; --truncated of them stop
-//          one tool call short and answer the running total (mixed quality: RL
-//          with the exact reward teaches the model to finish)
+//   demos  writes AREAL_DEMOS transcripts to stdout; --truncated of them reply
+//          one call short, with a term left (mixed quality: RL with the
+//          environment's reward teaches the model to finish)
 //   eval   runs AREAL_EVAL_EPISODES held-out sums greedily (temperature 0)
 //   train  runs episodes, AREAL_GROUP_SIZE per sum, until the run ends
 //
-//   areal-calculator-agent [--min-terms 2] [--max-terms 4] [--truncated 0.6] [--threads 32]
+//   areal-calculator-agent [--min-terms 2] [--max-terms 4] [--truncated 0.6] [--threads 32] [--show 0]
+// (--show N: the first N held-out episodes' transcripts to stderr)
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -39,7 +41,8 @@ struct options {
   int min_terms = 2, max_terms = 4;
   double truncated = 0.6;
   int threads = 32;
-  int max_calls = 6;  // an episode that calls more is ended with reward 0
+  int max_calls = 8;  // an episode that calls more is ended with reward 0
+  int show = 0;       // held-out episodes whose transcript is printed (stderr)
 };
 
 struct settings {
@@ -74,30 +77,40 @@ std::string prompt_of(const std::vector<int>& terms) {
 
 const json& add_tool() {
   // Declared briefly: a character-level model pays for every character of context on every call.
-  static const json tool = {{"type", "function"}, {"function", {{"name", "add"}, {"description", "a+b"}}}};
+  static const json tool = {{"type", "function"},
+                            {"function", {{"name", "add"}, {"description", "adds the next term"}}}};
   return tool;
 }
 
-json call_message(int n, int a, int b) {
+// What the tool answers once `added` terms are in the total: the total and
+// how many terms are left ("1648, 2 left", "2390, done").
+std::string tool_answer(const std::vector<int>& terms, size_t added) {
+  int64_t total = 0;
+  for (size_t i = 0; i < added && i < terms.size(); ++i)
+    total += terms[i];
+  auto left = terms.size() - std::min(added, terms.size());
+  return std::to_string(total) + (left == 0 ? ", done" : ", " + std::to_string(left) + " left");
+}
+
+json call_message(int n) {
   return {{"role", "assistant"},
           {"content", nullptr},
           {"tool_calls",
            {{{"id", "call_" + std::to_string(n)},
              {"type", "function"},
-             {"function", {{"name", "add"}, {"arguments", json{{"a", a}, {"b", b}}.dump()}}}}}}};
+             {"function", {{"name", "add"}, {"arguments", "{}"}}}}}}};
 }
 
-// One demonstration: the calls in order and the total, or (truncated) one call short.
+// One demonstration: a call per term, then the reply; or (truncated) the reply one call short.
 json demonstration(const std::vector<int>& terms, bool truncated, const settings& s) {
   json messages = json::array({{{"role", "user"}, {"content", prompt_of(terms)}}});
-  int total = terms[0];
-  size_t calls = terms.size() - 1 - (truncated ? 1 : 0);
+  size_t calls = terms.size() - (truncated ? 1 : 0);
   for (size_t i = 1; i <= calls; ++i) {
-    messages.push_back(call_message(static_cast<int>(i), total, terms[i]));
-    total += terms[i];
-    messages.push_back({{"role", "tool"}, {"tool_call_id", "call_" + std::to_string(i)}, {"content", std::to_string(total)}});
+    messages.push_back(call_message(static_cast<int>(i)));
+    messages.push_back(
+        {{"role", "tool"}, {"tool_call_id", "call_" + std::to_string(i)}, {"content", tool_answer(terms, i)}});
   }
-  messages.push_back({{"role", "assistant"}, {"content", std::to_string(total)}});
+  messages.push_back({{"role", "assistant"}, {"content", "done"}});
   return {{"model", s.model}, {"messages", messages}, {"tools", json::array({add_tool()})}};
 }
 
@@ -136,7 +149,7 @@ enum class outcome { done, gate_closed, run_ended, unreachable };
 
 // One episode: opens it, runs the calls, ends it with the reward.
 outcome run_episode(areal_client& http, const settings& s, const options& o, const std::vector<int>& terms,
-                    const std::string& task, bool eval, double* reward_out) {
+                    const std::string& task, bool eval, double* reward_out, json* transcript = nullptr) {
   json open_body = {{"task", task}};
   if (eval)
     open_body["eval"] = true;
@@ -152,10 +165,8 @@ outcome run_episode(areal_client& http, const settings& s, const options& o, con
   }
   auto id = opened.body["id"].get<std::string>();
   json messages = json::array({{{"role", "user"}, {"content", prompt_of(terms)}}});
-  int expected = 0;
-  for (auto x : terms)
-    expected += x;
   double reward = 0;
+  size_t added = 0;  // add calls answered
   for (int call = 0; call <= o.max_calls; ++call) {
     json request = {{"model", s.model},
                     {"messages", messages},
@@ -182,21 +193,21 @@ outcome run_episode(areal_client& http, const settings& s, const options& o, con
       break;
     auto calls = message.value("tool_calls", json::array());
     if (calls.is_array() && !calls.empty()) {
-      // Each call answered: the sum, or an error the model reads.
+      // Each call answered: the new total and what is left, or an error the model reads.
       for (auto& c : calls) {
-        auto args = json::parse(c["function"].value("arguments", "{}"), nullptr, false);
         std::string result;
-        if (c["function"].value("name", "") != "add" || !args.is_object() || !args.contains("a") ||
-            !args.contains("b") || !args["a"].is_number_integer() || !args["b"].is_number_integer())
-          result = "error: call add with integer arguments a and b";
+        if (c["function"].value("name", "") != "add")
+          result = "error: the only tool is add";
+        else if (added == terms.size())
+          result = "error: nothing left to add";
         else
-          result = std::to_string(args["a"].get<int64_t>() + args["b"].get<int64_t>());
+          result = tool_answer(terms, ++added);
         messages.push_back({{"role", "tool"}, {"tool_call_id", c.value("id", "")}, {"content", result}});
       }
       continue;
     }
-    auto content = message.value("content", json("")).is_string() ? message["content"].get<std::string>() : "";
-    reward = content == std::to_string(expected) ? 1.0 : 0.0;
+    // The reply ends the episode: the sum is done when every term was added.
+    reward = added == terms.size() ? 1.0 : 0.0;
     break;
   }
   auto ended = http.post("/rl/episodes/" + id + "/end", {{"reward", reward}});
@@ -207,6 +218,8 @@ outcome run_episode(areal_client& http, const settings& s, const options& o, con
               << "\n";
   if (reward_out)
     *reward_out = reward;
+  if (transcript)
+    *transcript = messages;
   return outcome::done;
 }
 
@@ -221,6 +234,7 @@ int run_demos(const settings& s, const options& o) {
 
 int run_eval(const settings& s, const options& o) {
   std::atomic<int64_t> next{0}, succeeded{0}, failed{0};
+  std::mutex print;
   std::vector<std::thread> threads;
   for (int t = 0; t < o.threads; ++t)
     threads.emplace_back([&] {
@@ -229,8 +243,15 @@ int run_eval(const settings& s, const options& o) {
         double reward = 0;
         auto terms = make_task(o, s.seed, 2, static_cast<uint64_t>(i));
         outcome r;
-        while ((r = run_episode(http, s, o, terms, "eval-" + std::to_string(i), true, &reward)) == outcome::gate_closed)
+        json transcript;
+        while ((r = run_episode(http, s, o, terms, "eval-" + std::to_string(i), true, &reward, &transcript)) ==
+               outcome::gate_closed)
           std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        if (i < o.show) {
+          std::lock_guard<std::mutex> lock{print};
+          std::cerr << "calculator agent: held-out episode " << i << " (reward " << reward << "): " << transcript.dump()
+                    << "\n";
+        }
         if (r != outcome::done) {
           std::cerr << "calculator agent: held-out episode " << i << " could not run ("
                     << (r == outcome::unreachable ? "areal unreachable" : "refused") << ")\n";
@@ -301,11 +322,13 @@ int main(int argc, char** argv) {
         o.truncated = std::stod(value());
       else if (a == "--threads")
         o.threads = std::stoi(value());
+      else if (a == "--show")
+        o.show = std::stoi(value());
       else
         throw std::invalid_argument("unknown option " + a);
     } catch (const std::exception& e) {
       std::cerr << "calculator agent: " << e.what()
-                << "; usage: areal-calculator-agent [--min-terms N] [--max-terms N] [--truncated F] [--threads N]\n";
+                << "; usage: areal-calculator-agent [--min-terms N] [--max-terms N] [--truncated F] [--threads N] [--show N]\n";
       return 2;
     }
   }
