@@ -198,15 +198,19 @@ std::vector<generation_output> generation_engine::step() {
     if (active_[slot].out.finish == finish_reason::unfinished)
       continue;
     finished.push_back(std::move(active_[slot].out));
-    auto last = active_.size() - 1;
-    if (slot != last) {
-      cache_.move_slot(static_cast<int64_t>(last), static_cast<int64_t>(slot));
-      active_[slot] = std::move(active_[last]);
-    }
-    cache_.length[last] = 0;
-    active_.pop_back();
+    remove_slot(slot);
   }
   return finished;
+}
+
+void generation_engine::remove_slot(size_t slot) {
+  auto last = active_.size() - 1;
+  if (slot != last) {
+    cache_.move_slot(static_cast<int64_t>(last), static_cast<int64_t>(slot));
+    active_[slot] = std::move(active_[last]);
+  }
+  cache_.length[last] = 0;
+  active_.pop_back();
 }
 
 std::vector<generation_output> generation_engine::run_to_completion() {
@@ -240,13 +244,7 @@ std::optional<generation_output> generation_engine::cancel(uint64_t id) {
       continue;
     auto out = std::move(active_[slot].out);
     out.finish = finish_reason::aborted;
-    auto last = active_.size() - 1;
-    if (slot != last) {
-      cache_.move_slot(static_cast<int64_t>(last), static_cast<int64_t>(slot));
-      active_[slot] = std::move(active_[last]);
-    }
-    cache_.length[last] = 0;
-    active_.pop_back();
+    remove_slot(slot);
     return out;
   }
   return std::nullopt;

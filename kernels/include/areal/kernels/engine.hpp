@@ -114,6 +114,8 @@ class generation_engine {
   };
   void apply_pending_update();
   void admit();
+  /// Frees `slot`: the last active sequence (and its cache rows) moves into it.
+  void remove_slot(size_t slot);
 
   policy_model& model_;
   engine_config config_;
