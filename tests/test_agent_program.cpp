@@ -53,6 +53,10 @@ TEST_CASE("An agent run: the agent program writes the demonstrations, measures b
   CHECK(summary["accuracy_after"].get<double>() >= 0);
   CHECK(summary["trained"].get<int64_t>() == 16);
   CHECK(summary["steps"].get<int64_t>() == 2);
+  // The endpoint's record: the episodes it ended (at least the trained ones), none split, the held-out ones.
+  CHECK(summary["endpoint"]["episodes_ended"].get<int64_t>() >= 16);
+  CHECK(summary["endpoint"]["episode_splits"].get<int64_t>() == 0);
+  CHECK(summary["endpoint"]["held_out_episodes"].get<int64_t>() == 12);
 }
 
 TEST_CASE("An agent program that cannot start or fails ends the run with the reason") {

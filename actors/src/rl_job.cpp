@@ -401,8 +401,20 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
       spdlog::error("{}", e.what());
     }
   }
+  nlohmann::json endpoint_record;  // the endpoint's counts, for summary.json
   if (endpoint) {
     auto e = endpoint->counts();
+    endpoint_record = {{"requests", e.requests},
+                       {"model_calls", e.completed},
+                       {"generated_tokens", e.tokens},
+                       {"client_errors", e.client_errors},
+                       {"server_errors", e.server_errors},
+                       {"busy", e.busy},
+                       {"cancelled", e.cancelled},
+                       {"episodes_ended", e.episodes.ended},
+                       {"episodes_dropped", e.episodes.dropped},
+                       {"episode_splits", e.episodes.splits},
+                       {"held_out_episodes", e.episodes.eval_ended + e.episodes.eval_dropped}};
     spdlog::info("endpoint: {} requests, {} model calls answered, {} tokens; episodes: {} ended, {} dropped, {} split",
                  e.requests, e.completed, e.tokens, e.episodes.ended, e.episodes.dropped, e.episodes.splits);
     endpoint.reset();  // open episodes are dropped; nothing more arrives
@@ -487,6 +499,8 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
                             {"reward_refused_while_full", result.reward.refused},
                             {"sft_seconds", result.sft_seconds},
                             {"rl_seconds", result.rl_seconds}};
+  if (!endpoint_record.is_null())
+    summary["endpoint"] = endpoint_record;
   output("summary.json", [&] { write_file_atomically(options.run_dir / "summary.json", summary.dump(2) + "\n"); });
   if (result.accuracy_before >= 0 && result.accuracy_after >= 0)
     spdlog::info("held-out accuracy: {:.1f}% before RL -> {:.1f}% after RL ({:+.1f} points); {} steps in {:.0f} s",
