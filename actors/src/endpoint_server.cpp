@@ -1,5 +1,6 @@
 // The endpoint's HTTP side (see endpoint.hpp): routes, the API key, limits,
-// OpenAI error objects, server-sent events, and the episode routes.
+// OpenAI error objects and server-sent events (the episode routes' work is
+// in endpoint_episodes.cpp).
 #include "areal/actors/endpoint.hpp"
 
 #include <atomic>
@@ -16,6 +17,7 @@
 
 #include "areal/runtime/log.hpp"
 #include "endpoint_calls.hpp"
+#include "endpoint_episodes.hpp"
 
 namespace areal {
 
@@ -27,6 +29,7 @@ struct http_endpoint::impl {
   endpoint_setup setup;
   httplib::Server server;
   std::unique_ptr<episode_table> episodes;
+  episode_routes episode_api{sys, setup, episodes};
   std::thread listener, sweeper;
   std::mutex sweep_mutex;
   std::condition_variable sweep_wake;
@@ -312,133 +315,6 @@ struct http_endpoint::impl {
     res.set_content(body.dump(), "application/json");
   }
 
-  // -- episodes -------------------------------------------------------------------
-
-  json body_object(const httplib::Request& req) {
-    if (req.body.empty())
-      return json::object();
-    auto j = json::parse(req.body, nullptr, false);
-    if (j.is_discarded() || !j.is_object())
-      throw api_error{400, "the request body must be a JSON object"};
-    return j;
-  }
-
-  void open_episode(const httplib::Request& req, httplib::Response& res) {
-    auto j = body_object(req);
-    for (auto& [key, v] : j.items())
-      if (key != "task" && key != "eval")
-        throw api_error{400, "unknown field \"" + key + "\" (POST /rl/episodes reads: task, eval)", key};
-    if (j.contains("eval") && !j["eval"].is_boolean())
-      throw api_error{400, "eval must be true (a held-out episode: measured, not trained) or false", "eval"};
-    bool eval = j.value("eval", false);
-    if (!j.contains("task") || !j["task"].is_string() || j["task"].get<std::string>().empty())
-      throw api_error{400,
-                      "name the episode's task: {\"task\": \"KEY\"}; the episodes of one task form a group "
-                      "(their rewards are compared)",
-                      "task"};
-    if (!episodes)
-      throw api_error{400, "episodes are chats, and this model has no chat template: " + setup.no_chat_reason};
-    auto task = j["task"].get<std::string>();
-    if (eval) {
-      // Held out: no admission, no sample; only its reward is counted.
-      auto id = episodes->open({}, 0, episode_table::clock::now(), true);
-      res.set_content(json{{"id", id}, {"task", task}, {"eval", true}}.dump(), "application/json");
-      return;
-    }
-    if (!setup.controller)
-      throw api_error{400, "this endpoint serves model calls only; episodes are trained in RL runs"};
-    caf::scoped_actor self{sys};
-    std::optional<api_error> failed;
-    uint64_t group = 0;
-    uint32_t index = 0;
-    int64_t version = 0;
-    self->request(setup.controller, std::chrono::seconds(30), episode_atom::value, task, setup.name)
-        .receive([&](uint64_t g, uint32_t i, int64_t v) { group = g, index = i, version = v; },
-                 [&](caf::error& err) {
-                   bool gate = err.category() == caf::atom("episode") &&
-                               err.code() == static_cast<uint8_t>(episode_errc::gate_closed);
-                   bool not_agent = err.category() == caf::atom("episode") &&
-                                    err.code() == static_cast<uint8_t>(episode_errc::not_agent_run);
-                   failed = api_error{gate ? 429 : not_agent ? 400 : 503, "episode refused: " + describe(err)};
-                 });
-    if (failed)
-      throw *failed;
-    auto id = episodes->open({group, index}, version, episode_table::clock::now());
-    res.set_content(json{{"id", id}, {"task", task}, {"group", group}, {"index", index}, {"version", version}}.dump(),
-                    "application/json");
-  }
-
-  void reward_episode(const std::string& id, const httplib::Request& req, httplib::Response& res) {
-    if (!episodes)
-      throw api_error{404, "no open episode \"" + id + "\""};
-    auto j = body_object(req);
-    if (!j.contains("reward") || !j["reward"].is_number())
-      throw api_error{400, "give the episode's reward as a number: {\"reward\": 1.0}", "reward"};
-    auto reward = j["reward"].get<double>();
-    if (!std::isfinite(reward))
-      throw api_error{400, "the reward must be finite", "reward"};
-    try {
-      episodes->set_reward(id, reward);
-    } catch (const episode_error& e) {
-      throw api_error{e.status, e.what()};
-    }
-    res.set_content(json{{"id", id}, {"reward", reward}}.dump(), "application/json");
-  }
-
-  // The controller learns of an episode that will not be trained.
-  void tell_dropped(const closed_episode& c) {
-    if (setup.controller && !c.eval)
-      caf::anon_send(setup.controller, episode_atom::value, c.sample.group, c.sample.index, c.drop_reason);
-  }
-
-  void end_episode(const std::string& id, const httplib::Request& req, httplib::Response& res) {
-    if (!episodes)
-      throw api_error{404, "no open episode \"" + id + "\""};
-    auto j = body_object(req);
-    if (j.contains("reward"))
-      reward_episode(id, req, res);
-    closed_episode c;
-    try {
-      c = episodes->end(id);
-    } catch (const episode_error& e) {
-      throw api_error{e.status, e.what()};
-    }
-    if (!c.drop_reason.empty()) {
-      tell_dropped(c);
-      res.set_content(json{{"id", id}, {"status", "dropped"}, {"reason", c.drop_reason}}.dump(), "application/json");
-      return;
-    }
-    if (c.eval) {
-      res.set_content(json{{"id", id}, {"status", "measured"}, {"eval", true}, {"reward", c.reward}}.dump(),
-                      "application/json");
-      return;
-    }
-    std::vector<packed<trajectory>> parts;
-    int64_t tokens = 0, generated = 0;
-    for (auto& t : c.trajectories) {
-      tokens += static_cast<int64_t>(t.prompt_tokens.size() + t.output_tokens.size());
-      generated += t.generated_tokens();
-      parts.push_back(*pack(t));
-    }
-    caf::scoped_actor self{sys};
-    std::string failed;
-    self->request(setup.store, std::chrono::seconds(30), std::move(parts))
-        .receive([&](sample_summary& s) { caf::anon_send(setup.controller, episode_atom::value, std::move(s)); },
-                 [&](caf::error& err) { failed = describe(err); });
-    if (!failed.empty()) {
-      c.drop_reason = "the sample store did not take it: " + failed;
-      tell_dropped(c);
-      throw api_error{503, "episode " + id + " could not be stored (" + failed + "); it is dropped"};
-    }
-    res.set_content(json{{"id", id},
-                         {"status", "ended"},
-                         {"trajectories", c.trajectories.size()},
-                         {"tokens", tokens},
-                         {"generated_tokens", generated}}
-                        .dump(),
-                    "application/json");
-  }
-
   // -- the server -------------------------------------------------------------------
 
   using route = std::function<void(const httplib::Request&, httplib::Response&)>;
@@ -470,12 +346,14 @@ struct http_endpoint::impl {
                }));
     server.Post("/v1/chat/completions", guarded([this](auto& req, auto& res) { chat(req, res); }));
     server.Post("/v1/completions", guarded([this](auto& req, auto& res) { completion(req, res); }));
-    server.Post("/rl/episodes", guarded([this](auto& req, auto& res) { open_episode(req, res); }));
+    server.Post("/rl/episodes", guarded([this](auto& req, auto& res) {
+                  res.set_content(episode_api.open(req.body).dump(), "application/json");
+                }));
     server.Post(R"(/rl/episodes/([^/]+)/reward)", guarded([this](const httplib::Request& req, auto& res) {
-                  reward_episode(req.matches[1], req, res);
+                  res.set_content(episode_api.reward(req.matches[1], req.body).dump(), "application/json");
                 }));
     server.Post(R"(/rl/episodes/([^/]+)/end)", guarded([this](const httplib::Request& req, auto& res) {
-                  end_episode(req.matches[1], req, res);
+                  res.set_content(episode_api.end(req.matches[1], req.body).dump(), "application/json");
                 }));
     server.Get("/health", guarded([this](auto&, auto& res) {
                  auto c = snapshot();
@@ -532,7 +410,7 @@ struct http_endpoint::impl {
       sweep_wake.wait_for(lock, std::chrono::milliseconds(200));
       for (auto& c : episodes->expire(episode_table::clock::now())) {
         spdlog::info("endpoint: episode {} dropped: {}", c.id, c.drop_reason);
-        tell_dropped(c);
+        episode_api.tell_dropped(c);
       }
     }
   }
@@ -600,7 +478,7 @@ void http_endpoint::stop() {
     m.sweeper.join();
   if (m.episodes)
     for (auto& c : m.episodes->drop_all("the endpoint stopped"))
-      m.tell_dropped(c);
+      m.episode_api.tell_dropped(c);
 }
 
 endpoint_counts http_endpoint::counts() const {
