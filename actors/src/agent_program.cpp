@@ -52,8 +52,7 @@ std::string resolve(const std::string& program) {
 }  // namespace
 
 agent_program::agent_program(const run_config& c, const std::map<std::string, std::string>& env,
-                             const fs::path& stdout_path)
-    : command_(c.agent.command) {
+                             const fs::path& stdout_path) {
   auto words = split_command(c.agent.command);
   if (words.empty())
     throw job_error("agent.command is empty; name the agent program to run");

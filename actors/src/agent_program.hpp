@@ -43,7 +43,6 @@ class agent_program {
   std::optional<int> wait(std::chrono::milliseconds timeout);
   /// Stops it: SIGTERM, SIGKILL after `grace`. Returns its status.
   int stop(std::chrono::milliseconds grace = std::chrono::seconds(5));
-  const std::string& command() const { return command_; }
   /// When wait() first saw it exited.
   std::optional<std::chrono::steady_clock::time_point> exited_at() const { return exited_at_; }
 
@@ -51,7 +50,6 @@ class agent_program {
   pid_t pid_ = -1;
   std::optional<int> status_;
   std::optional<std::chrono::steady_clock::time_point> exited_at_;
-  std::string command_;
 };
 
 /// The variables every mode gets: the endpoint's address, key, model and the run's seed.
