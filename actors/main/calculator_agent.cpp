@@ -279,12 +279,14 @@ int run_train(const settings& s, const options& o) {
         auto task = static_cast<uint64_t>(e / s.group_size);
         auto terms = make_task(o, s.seed, 1, task);
         outcome r;
-        // A closed gate (the staleness bound): the same episode again shortly.
-        for (int waits = 0; (r = run_episode(http, s, o, terms, "sum-" + std::to_string(task), false, nullptr)) ==
-                                outcome::gate_closed &&
-                            !ended;
-             ++waits)
-          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        // A closed gate (the staleness bound): the same episode again, waiting
+        // 20 ms, doubling up to 320 ms (32 threads polling fast took the cores
+        // from the generation they wait for).
+        for (int wait_ms = 20; (r = run_episode(http, s, o, terms, "sum-" + std::to_string(task), false, nullptr)) ==
+                                   outcome::gate_closed &&
+                               !ended;
+             wait_ms = std::min(wait_ms * 2, 320))
+          std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
         if (r == outcome::run_ended)
           ended = true;
         else if (r == outcome::unreachable)

@@ -122,8 +122,10 @@ await Promise.all([0, 1, 2, 3].map(async () => {
   while (!stopped && Date.now() < deadline) {
     const n = next++;
     let r;
-    // A refused connection: the run ended and the node closed its endpoint.
-    const attempt = () => episode(n).catch((e) => (String(e?.cause?.code ?? e).includes('ECONNREFUSED') ? 'ended' : Promise.reject(e)));
+    // A refused or cut connection: the run ended and the node closed its endpoint
+    // (areal's exit code is checked below; such an episode was never trained).
+    const closed = (e) => ['ECONNREFUSED', 'ECONNRESET', 'UND_ERR_SOCKET'].includes(e?.cause?.code);
+    const attempt = () => episode(n).catch((e) => (closed(e) ? 'ended' : Promise.reject(e)));
     while ((r = await attempt()) === 'gate' && Date.now() < deadline) await new Promise((s) => setTimeout(s, 50));
     if (r !== 'done') stopped = true;
   }
