@@ -10,6 +10,7 @@
 
 #include "areal/kernels/blas_probe.hpp"
 #include "areal/kernels/model_config.hpp"
+#include "areal/runtime/blas_core.hpp"
 
 namespace areal::bench {
 
@@ -24,8 +25,10 @@ struct options {
   int threads = static_cast<int>(std::thread::hardware_concurrency());
 };
 
-/// Parses the common flags; prints usage and exits with code 2 on anything else.
+/// Fits OpenBLAS's kernels to the CPU (it may execute the benchmark again),
+/// then parses the common flags; prints usage and exits with code 2 on anything else.
 inline options parse_options(int argc, char** argv, const char* name) {
+  fit_blas_core(argc, argv);
   options o;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];

@@ -200,6 +200,7 @@ int main(int argc, char** argv) {
       "warm-up (median shown)\n",
       std::thread::hardware_concurrency(), static_cast<unsigned long long>(weight_publisher_setup{}.chunk_bytes / 1024),
       repetitions);
+  std::printf("machine: %s\n", kernels::describe(kernels::probe_blas()).c_str());
   std::printf("%-10s %9s %9s %12s %12s %10s\n", "path", "size_MiB", "receivers", "seconds", "GB/s", "vs_raw_tcp");
   nlohmann::json rows = nlohmann::json::array();
   for (auto mib : sizes_mib) {

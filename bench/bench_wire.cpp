@@ -67,6 +67,7 @@ double deliver(caf::actor_system& sys, sink_actor target, const packed<trajector
 }  // namespace
 
 int main(int argc, char** argv) {
+  fit_blas_core(argc, argv);
   bool quick = argc > 1 && std::string{argv[1]} == "--quick";
   auto facts = kernels::probe_blas();
   std::cout << "machine: " << std::thread::hardware_concurrency() << " hardware threads; " << kernels::describe(facts)

@@ -10,6 +10,7 @@
 #include "areal/actors/node.hpp"
 #include "areal/kernels/allocator.hpp"
 #include "areal/kernels/blas_probe.hpp"
+#include "areal/runtime/blas_core.hpp"
 #include "areal/runtime/certs.hpp"
 #include "areal/runtime/cli.hpp"
 #include "areal/runtime/files.hpp"
@@ -19,6 +20,7 @@
 namespace fs = std::filesystem;
 
 int main(int argc, char** argv) {
+  areal::fit_blas_core(argc, argv);  // first: it may execute areal again with OpenBLAS's right kernels
   areal::kernels::tune_allocator();
   auto cli = areal::parse_cli(argc, argv);
   if (!cli.options) {
@@ -38,6 +40,15 @@ int main(int argc, char** argv) {
     std::cout << "areal " << AREAL_VERSION << " (protocol " << areal::protocol_version << ", schema "
               << areal::schema_version << ")\n";
     return areal::exit_ok;
+  }
+  if (options.blas) {
+    auto facts = areal::kernels::probe_blas();
+    std::cout << areal::kernels::describe(facts) << "\n";
+    if (auto& core = areal::blas_core(); !core.warning.empty())
+      std::cout << "warning: " << core.warning << "\n";
+    std::cout << "fp32 matrix product 512x512x512: " << static_cast<int>(areal::kernels::measure_gemm_gflops())
+              << " GFLOP/s\n";
+    return areal::blas_core().core.empty() || areal::blas_core().check_passed ? areal::exit_ok : areal::exit_failure;
   }
 
   auto loaded = areal::load_config(options.config_path, options.overrides);
@@ -108,6 +119,8 @@ int main(int argc, char** argv) {
   spdlog::info("resolved configuration written to {}", resolved.string());
   auto facts = areal::kernels::probe_blas();
   spdlog::info("{}", areal::kernels::describe(facts));
+  if (auto& core = areal::blas_core(); !core.warning.empty())
+    spdlog::warn("{}", core.warning);
   if (facts.reference_blas)
     spdlog::warn("LibTorch runs on the reference BLAS, about 16x slower: install libopenblas0-openmp (setup.sh does)");
 

@@ -8,6 +8,8 @@
 #include <ATen/Parallel.h>
 #include <torch/version.h>
 
+#include "areal/runtime/blas_core.hpp"
+
 namespace areal::kernels {
 
 namespace {
@@ -74,6 +76,8 @@ std::string describe(const blas_facts& f) {
   std::string kind = f.reference_blas ? "REFERENCE BLAS (slow: install libopenblas0-openmp)"
                      : f.library.find("openblas") != std::string::npos ? "OpenBLAS"
                                                                        : "other";
+  if (kind == "OpenBLAS")
+    kind += ", " + describe_blas_core();
   return "BLAS " + f.library + " (" + kind + "), " + std::to_string(f.intra_op_threads) + " intra-op thread" +
          (f.intra_op_threads == 1 ? "" : "s") + ", LibTorch " + f.torch_version;
 }

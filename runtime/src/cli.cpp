@@ -10,7 +10,7 @@ std::string usage() {
   return R"(usage: areal --config FILE [--node NAME] [--role ROLE[,ROLE...]] [--set KEY=VALUE]...
              [--run-dir DIR] [--resume | --fresh] [--log-level LEVEL]
        areal --config FILE --make-certs
-       areal --help | --help-config | --version
+       areal --help | --help-config | --version | --blas
 
 Runs one node of an areal topology: one CAF actor system per process.
   --config FILE     run configuration and topology (TOML); see configs/
@@ -26,6 +26,8 @@ Runs one node of an areal topology: one CAF actor system per process.
   --make-certs      write a private CA and a certificate for every node of the topology into
                     cluster.certs_dir (for cluster.security = "tls"; an existing CA is kept), then exit
   --help-config     list every configuration key with its type, range and default
+  --blas            print the BLAS LibTorch calls, the OpenBLAS kernels it runs and how they were chosen
+                    (AREAL_BLAS_CORE=auto|fit|keep; see README), with a checked product's rate, then exit
 Exit codes: 0 run finished or stopped by a signal (a checkpoint is written), 2 bad command line or configuration,
             3 could not reach a peer, 4 lost the controller, 5 refused by a peer, 1 other failure.
 )";
@@ -65,6 +67,8 @@ cli_result parse_cli(int argc, const char* const* argv) {
       o.help_config = true;
     } else if (arg == "--version") {
       o.version = true;
+    } else if (arg == "--blas") {
+      o.blas = true;
     } else if (arg == "--config") {
       if (!value(v))
         return fail("--config needs a file path");
@@ -105,7 +109,7 @@ cli_result parse_cli(int argc, const char* const* argv) {
   }
   if (o.resume && o.fresh)
     return fail("--resume continues the run, --fresh replaces it: pass one of them");
-  if (o.config_path.empty() && !o.help && !o.help_config && !o.version)
+  if (o.config_path.empty() && !o.help && !o.help_config && !o.version && !o.blas)
     return fail("missing --config FILE (the single-node default is configs/single_node.toml)");
   return {o, {}};
 }
