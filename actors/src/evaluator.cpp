@@ -1,5 +1,6 @@
 // The evaluator actor: greedy decoding of the held-out prompts with the weights it is given (see evaluator.hpp).
 #include "areal/actors/evaluator.hpp"
+#include "areal/kernels/compute_threads.hpp"
 #include "areal/actors/exception_guard.hpp"
 
 #include <ATen/Parallel.h>
@@ -76,7 +77,7 @@ evaluator_actor spawn_evaluator(caf::actor_system& sys, evaluator_setup setup) {
               auto& share = st.setup.share;
               if (share)
                 share->set_busy(st.busy, true);
-              at::set_num_threads(share ? share->threads_now() : st.setup.compute_threads);
+              kernels::set_compute_threads(share ? share->threads_now() : st.setup.compute_threads);
               eval_result r;
               {
                 tracer::scope span{st.setup.trace.get(), "evaluator", "evaluate"};

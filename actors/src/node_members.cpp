@@ -7,6 +7,7 @@
 
 #include <optional>
 
+#include "areal/kernels/compute_threads.hpp"
 #include "areal/actors/reward_pool.hpp"
 #include "areal/actors/exception_guard.hpp"
 #include "areal/actors/rl_job.hpp"
@@ -95,7 +96,7 @@ node_members_actor spawn_node_members(caf::actor_system& sys, const run_config& 
     if (self_spec.has(role::rollout)) {
       try {
         auto threads = static_cast<int>(self_spec.compute_threads);
-        at::set_num_threads(threads);
+        kernels::set_compute_threads(threads);
         auto m = make_model(config);
         st.model_bytes = static_cast<uint64_t>(m.policy->flat().nbytes());
         auto share = std::make_shared<compute_share>(threads, true, 1);

@@ -2,6 +2,7 @@
 // pipeline of actors, the loop that watches them, the final evaluation and
 // the run's outputs.
 #include "areal/actors/rl_job.hpp"
+#include "areal/kernels/compute_threads.hpp"
 
 #include <ATen/Parallel.h>
 
@@ -105,7 +106,7 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
   fs::create_directories(options.run_dir);
   auto checkpoint_dir = (options.run_dir / "checkpoint").string();
   progress_line progress{options.progress};
-  at::set_num_threads(options.compute_threads);
+  kernels::set_compute_threads(options.compute_threads);
 
   model_parts m;
   std::optional<controller_checkpoint> resume;

@@ -11,6 +11,7 @@
 
 #include <caf/all.hpp>
 
+#include "areal/kernels/compute_threads.hpp"
 #include "areal/actors/exception_guard.hpp"
 #include "areal/actors/rollout.hpp"
 #include "areal/runtime/log.hpp"
@@ -278,7 +279,7 @@ rollout_actor::behavior_type rollout_behavior(rollout_pointer self, rollout_setu
         auto& st = self->state;
         st.stepping = false;
         // Per thread in ATen; this is the worker's own.
-        at::set_num_threads(st.setup.share ? st.setup.share->threads_now() : st.setup.compute_threads);
+        kernels::set_compute_threads(st.setup.share ? st.setup.share->threads_now() : st.setup.compute_threads);
         try {
           traced_step(self);
         } catch (const std::exception& e) {

@@ -1,6 +1,7 @@
 // The trainer actor's behaviour: group advantages, one decoupled-PPO update per
 // batch, and a snapshot of the new weights for the rollout workers.
 #include "areal/actors/trainer_actor.hpp"
+#include "areal/kernels/compute_threads.hpp"
 #include "areal/actors/exception_guard.hpp"
 
 #include "areal/actors/run_checkpoint.hpp"
@@ -121,7 +122,7 @@ caf::result<train_report> train(trainer_pointer self, const std::vector<trajecto
   try {
     tracer::scope span{st.setup.trace.get(), "trainer", "train"};
     if (!st.setup.share)
-      at::set_num_threads(st.setup.compute_threads);
+      kernels::set_compute_threads(st.setup.compute_threads);
     if (st.reference) {
       std::vector<std::vector<int32_t>> prompts, responses;
       for (auto& s : samples) {

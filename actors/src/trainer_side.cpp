@@ -6,6 +6,7 @@
 
 #include <caf/all.hpp>
 
+#include "areal/kernels/compute_threads.hpp"
 #include "areal/actors/reward_pool.hpp"
 #include "areal/actors/sample_store.hpp"
 #include "areal/actors/trainer_actor.hpp"
@@ -137,7 +138,7 @@ trainer_side start_trainer_side(caf::actor_system& sys, const run_config& c, con
                                 const std::string& model_dir, const std::string& resume_from, int64_t initial_version,
                                 const std::string& run_dir, std::shared_ptr<tracer> trace) {
   auto threads = static_cast<int>(self.compute_threads);
-  at::set_num_threads(threads);
+  kernels::set_compute_threads(threads);
   auto m = make_model(c);
   auto start = kernels::policy_model::load(model_dir);
   if (start.flat().numel() != m.policy->flat().numel())

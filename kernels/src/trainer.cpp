@@ -1,4 +1,6 @@
 #include "areal/kernels/trainer.hpp"
+
+#include "areal/kernels/compute_threads.hpp"
 #include "areal/runtime/files.hpp"
 
 #include <ATen/Parallel.h>
@@ -123,7 +125,7 @@ void trainer::for_micro_batches(const std::vector<std::vector<size_t>>& micro_ba
   auto replicas = std::max<size_t>(1, std::min(available, micro_batches.size()));
   if (replicas == 1) {
     if (thread_count_)
-      at::set_num_threads(static_cast<int>(available));  // one replica: every available thread for its products
+      kernels::set_compute_threads(static_cast<int>(available));  // one replica: every available thread for its products
     for (auto& mb : micro_batches)
       work(model_, mb, 0);
     return;
@@ -143,7 +145,7 @@ void trainer::for_micro_batches(const std::vector<std::vector<size_t>>& micro_ba
   std::vector<std::exception_ptr> errors(replicas);
   auto run = [&](size_t k) {
     try {
-      at::set_num_threads(1);             // per thread: one core each
+      kernels::set_compute_threads(1);             // per thread: one core each
       c10::AutoGradMode mode(with_grad);  // grad mode is per thread too
       auto& model = k == 0 ? model_ : *replicas_[k - 1];
       for (size_t i = k; i < micro_batches.size(); i += replicas)
