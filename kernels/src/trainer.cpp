@@ -14,7 +14,6 @@
 #include <fstream>
 #include <numeric>
 #include <sstream>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -142,27 +141,13 @@ void trainer::for_micro_batches(const std::vector<std::vector<size_t>>& micro_ba
       }
     }
   }
-  std::vector<std::exception_ptr> errors(replicas);
-  auto run = [&](size_t k) {
-    try {
-      kernels::set_compute_threads(1);             // per thread: one core each
-      c10::AutoGradMode mode(with_grad);  // grad mode is per thread too
-      auto& model = k == 0 ? model_ : *replicas_[k - 1];
-      for (size_t i = k; i < micro_batches.size(); i += replicas)
-        work(model, micro_batches[i], k);
-    } catch (...) {
-      errors[k] = std::current_exception();
-    }
-  };
-  std::vector<std::thread> threads;
-  for (size_t k = 1; k < replicas; ++k)
-    threads.emplace_back(run, k);
-  run(0);
-  for (auto& t : threads)
-    t.join();
-  for (auto& e : errors)
-    if (e)
-      std::rethrow_exception(e);
+  replica_threads_.run(replicas, [&](size_t k) {
+    kernels::set_compute_threads(1);    // per thread: one core each
+    c10::AutoGradMode mode(with_grad);  // grad mode is per thread too
+    auto& model = k == 0 ? model_ : *replicas_[k - 1];
+    for (size_t i = k; i < micro_batches.size(); i += replicas)
+      work(model, micro_batches[i], k);
+  });
   if (with_grad) {
     at::NoGradGuard no_grad;
     for (size_t k = 0; k + 1 < replicas; ++k)

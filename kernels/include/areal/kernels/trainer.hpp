@@ -28,6 +28,7 @@
 #include "areal/kernels/advantages.hpp"
 #include "areal/kernels/model.hpp"
 #include "areal/kernels/ppo.hpp"
+#include "areal/kernels/replica_threads.hpp"
 
 namespace areal::kernels {
 
@@ -180,6 +181,7 @@ class trainer {
   std::mt19937_64 rng_;
   std::function<int()> thread_count_;
   std::vector<std::unique_ptr<policy_model>> replicas_;  // parameter copies for data-parallel passes
+  replica_threads replica_threads_;                       // the threads replicas 1.. run on
 };
 
 }  // namespace areal::kernels
