@@ -325,9 +325,38 @@ TEST_CASE("data-parallel micro-batches give the same log-probs and gradient as o
     return 2;
   });
   hooked.ppo_gradients(batch);
-  CHECK(asked >= 2);  // the proximal pass and the gradient pass
+  CHECK(asked == 1);  // the gradient pass; pi_prox comes from it
   CHECK((model.flat_grad() - single).norm().item<double>() / single.norm().item<double>() <= 1e-5);
   model.flat_grad().zero_();
+}
+
+TEST_CASE("pi_prox from the first minibatch's own forward pass, and from a pass before the first step for the others") {
+  policy_model model(test_config());
+  model.init_random(29, 0.1);
+  auto batch = make_batch(12, 5);
+  trainer_config tc;
+  tc.optimizer.lr = 3e-2;  // a step large enough to move every probability
+  tc.ppo_minibatches = 2;
+  trainer t(model, tc);
+  // w = pi_prox / pi_behav summed over tokens, with pi_prox from a separate pass now.
+  auto importance_sum = [&](const std::vector<std::vector<float>>& prox) {
+    double sum = 0;
+    for (size_t i = 0; i < batch.size(); ++i)
+      for (size_t k = 0; k < prox[i].size(); ++k)
+        sum += std::exp(static_cast<double>(prox[i][k]) - batch[i].behaviour_logprobs[k]);
+    return sum;
+  };
+  auto before = importance_sum(t.proximal_logprobs(batch));
+  auto gradients = t.ppo_gradients(batch);  // one minibatch: pi_prox is its own pass
+  CHECK(gradients.ppo.importance_weight_sum == doctest::Approx(before).epsilon(1e-5));
+  CHECK(gradients.ppo.clipped == 0);  // r = pi_theta / pi_prox is exactly 1
+  model.flat_grad().zero_();
+  // Two minibatches, two optimizer steps: the second one's pi_prox is still the
+  // parameters before the first step (its w would move with the step otherwise).
+  auto stats = t.ppo_update(batch);
+  CHECK(stats.ppo.importance_weight_sum == doctest::Approx(before).epsilon(1e-5));
+  auto after = importance_sum(t.proximal_logprobs(batch));
+  CHECK(std::abs(after - before) > 1e-3 * before);  // the steps did move pi
 }
 
 TEST_CASE("advantage estimators against hand-computed groups") {

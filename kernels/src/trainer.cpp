@@ -241,7 +241,7 @@ void trainer::check_batch(const std::vector<rl_sample>& batch) const {
 }
 
 double trainer::accumulate(const std::vector<rl_sample>& batch, const std::vector<std::vector<float>>& prox,
-                           const std::vector<size_t>& members, step_stats& stats) {
+                           bool prox_is_this_pass, const std::vector<size_t>& members, step_stats& stats) {
   std::vector<sequence_ref> seqs;
   for (auto& s : batch)
     seqs.push_back({&s.prompt, &s.response});
@@ -275,7 +275,8 @@ double trainer::accumulate(const std::vector<rl_sample>& batch, const std::vecto
             else
               keep.insert(keep.end(), m.begin(), m.end());
           }
-          p.insert(p.end(), prox[i].begin(), prox[i].end());
+          if (!prox_is_this_pass)
+            p.insert(p.end(), prox[i].begin(), prox[i].end());
           b.insert(b.end(), batch[i].behaviour_logprobs.begin(), batch[i].behaviour_logprobs.end());
           a.insert(a.end(), batch[i].response.size(), static_cast<float>(batch[i].advantage));
           with_reference = with_reference && batch[i].reference_logprobs.size() == batch[i].response.size();
@@ -284,7 +285,8 @@ double trainer::accumulate(const std::vector<rl_sample>& batch, const std::vecto
         }
         auto device = logp.device();
         auto mask = any_mask ? at::tensor(keep).to(device) : at::Tensor{};
-        auto losses = ppo_token_losses(logp, at::tensor(p).to(device), at::tensor(b).to(device),
+        auto prox_logp = prox_is_this_pass ? logp.detach() : at::tensor(p).to(device);
+        auto losses = ppo_token_losses(logp, prox_logp, at::tensor(b).to(device),
                                        at::tensor(a).to(device), config_.ppo, &part.ppo, mask);
         if (with_reference) {
           auto kl = kl_penalty(logp, at::tensor(r).to(device), config_.kl);
@@ -318,21 +320,33 @@ double trainer::accumulate(const std::vector<rl_sample>& batch, const std::vecto
 }
 
 std::vector<std::vector<float>> trainer::proximal_logprobs(const std::vector<rl_sample>& batch) {
+  std::vector<size_t> all(batch.size());
+  std::iota(all.begin(), all.end(), 0);
+  return proximal_logprobs(batch, all);
+}
+
+std::vector<std::vector<float>> trainer::proximal_logprobs(const std::vector<rl_sample>& batch,
+                                                           const std::vector<size_t>& members) {
+  std::vector<std::vector<float>> prox(batch.size());
+  if (members.empty())
+    return prox;
   std::vector<std::vector<int32_t>> prompts, responses;
-  for (auto& s : batch) {
-    prompts.push_back(s.prompt);
-    responses.push_back(s.response);
+  for (auto i : members) {
+    prompts.push_back(batch[i].prompt);
+    responses.push_back(batch[i].response);
   }
-  return response_logprobs(prompts, responses);
+  auto computed = response_logprobs(prompts, responses);
+  for (size_t j = 0; j < members.size(); ++j)
+    prox[members[j]] = std::move(computed[j]);
+  return prox;
 }
 
 step_stats trainer::ppo_gradients(const std::vector<rl_sample>& batch) {
   check_batch(batch);
   step_stats stats;
-  auto prox = proximal_logprobs(batch);
   std::vector<size_t> all(batch.size());
   std::iota(all.begin(), all.end(), 0);
-  stats.loss = accumulate(batch, prox, all, stats);
+  stats.loss = accumulate(batch, {}, true, all, stats);
   return stats;
 }
 
@@ -342,20 +356,22 @@ step_stats trainer::ppo_update(const std::vector<rl_sample>& batch) {
   if (batch.empty())
     return stats;
   check_batch(batch);
-  // (1) pi_prox: the parameters before this update, one forward pass.
-  auto prox = proximal_logprobs(batch);
-  // (2) minibatches in a shuffled order, one optimizer step each.
+  // Minibatches in a shuffled order, one optimizer step each.
   std::vector<size_t> order(batch.size());
   std::iota(order.begin(), order.end(), 0);
   std::shuffle(order.begin(), order.end(), rng_);
   auto minibatches =
       std::max<int64_t>(1, std::min<int64_t>(config_.ppo_minibatches, static_cast<int64_t>(batch.size())));
+  auto first_end = order.size() / static_cast<size_t>(minibatches);
+  // pi_prox, the parameters before this update: one forward pass over the
+  // minibatches after the first; the first one's own pass gives its pi_prox.
+  auto prox = proximal_logprobs(batch, std::vector<size_t>(order.begin() + static_cast<long>(first_end), order.end()));
   double loss_total = 0;
   for (int64_t m = 0; m < minibatches; ++m) {
     auto begin = order.size() * static_cast<size_t>(m) / static_cast<size_t>(minibatches);
     auto end = order.size() * static_cast<size_t>(m + 1) / static_cast<size_t>(minibatches);
     std::vector<size_t> members(order.begin() + static_cast<long>(begin), order.begin() + static_cast<long>(end));
-    stats.loss = accumulate(batch, prox, members, stats);
+    stats.loss = accumulate(batch, prox, m == 0, members, stats);
     loss_total += stats.loss;
     apply_gradients(stats);
   }

@@ -4,7 +4,10 @@
 // skipped non-finite steps, and atomic checkpoints that resume exactly.
 //
 // One PPO update on a batch: (1) proximal log-probabilities, one forward pass
-// with the parameters before the update; (2) the batch is split into
+// with the parameters before the update, over the minibatches after the first:
+// the first minibatch's own forward pass runs on those same parameters, so its
+// pi_prox is its pi_theta, detached (with ppo_minibatches = 1, the default, no
+// separate pass runs at all); (2) the batch is split into
 // `ppo_minibatches`; each is packed into micro-batches under
 // max_tokens_per_mb, gradients accumulate over them with the loss divided by
 // the minibatch's token count (so they equal the one-big-batch gradient), and
@@ -166,8 +169,14 @@ class trainer {
                                         size_t min_micro_batches = 1) const;
   void check_batch(const std::vector<rl_sample>& batch) const;
   // Accumulates the gradient of the members' token-mean loss; returns that loss.
+  // `prox` holds pi_prox per sample; when `prox_is_this_pass`, the parameters have
+  // not moved since pi_prox was due, and the pass's own log-probabilities
+  // (detached) are pi_prox: `prox` is not read.
   double accumulate(const std::vector<rl_sample>& batch, const std::vector<std::vector<float>>& prox,
-                    const std::vector<size_t>& members, step_stats& stats);
+                    bool prox_is_this_pass, const std::vector<size_t>& members, step_stats& stats);
+  // pi_prox of the `members` samples (other entries left empty).
+  std::vector<std::vector<float>> proximal_logprobs(const std::vector<rl_sample>& batch,
+                                                    const std::vector<size_t>& members);
   // Clip, check, AdamW; returns false when the step was skipped.
   bool apply_gradients(step_stats& stats);
 
