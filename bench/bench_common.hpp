@@ -51,4 +51,17 @@ inline double gemm_ceiling_gflops(const kernels::model_config& c) {
   return kernels::measure_gemm_gflops(512, c.hidden_size, c.intermediate_size, 10);
 }
 
+/// The same shape's rate when `threads` threads each run it with one intra-op
+/// thread at once (the trainer's data-parallel replicas): the sum of their rates.
+double concurrent_gemm_ceiling_gflops(const kernels::model_config& c, int threads);
+
+/// Model FLOPs of one forward pass over sequences of these lengths, of which
+/// `scored` tokens go through the LM head (the trainer scores response tokens
+/// only), counted as: 2 * (matrix parameters of the layers) per token, plus
+/// 2 * hidden * vocab per scored token, plus causal attention 2 * 2 * (heads *
+/// head_dim) * L(L+1)/2 per sequence and layer (QK^T and AV over the pairs a
+/// token may attend to). Embedding lookups, norms and element-wise work: none.
+/// Backward is counted as twice the forward.
+double forward_flops(const kernels::model_config& c, const std::vector<int64_t>& lengths, int64_t scored);
+
 }  // namespace areal::bench

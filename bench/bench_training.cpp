@@ -1,6 +1,12 @@
 // bench_training: the trainer on this machine, measured side by side.
 //   - the GEMM ceiling (fp32, the model's MLP shape, same threads);
-//   - training tokens/s (forward + backward + AdamW) and efficiency =
+//   - the PPO step the job's trainer runs (trainer::ppo_update: pi_prox where
+//     it needs a pass, forward + backward, AdamW) with one replica per thread,
+//     as the job's trainer on that many compute threads: tokens/s, model FLOPs
+//     counted by forward_flops (bench_common.hpp: layers, LM head on scored
+//     tokens, causal attention) and their fraction of the GEMM rate of as many
+//     single-threaded products running at once; ppo_minibatches 1 and 4;
+//   - SFT steps (forward + backward + AdamW) and efficiency =
 //     6 * N * tokens/s / ceiling, for both presets;
 //   - packed vs padded micro-batches on long-tailed sequence lengths (useful tokens/s);
 //   - chunked vs naive log-probabilities at vocab 151,936: peak memory and time.
@@ -23,6 +29,7 @@
 
 #include "areal/kernels/allocator.hpp"
 #include "areal/kernels/blas_probe.hpp"
+#include "areal/kernels/compute_threads.hpp"
 #include "areal/kernels/logprobs.hpp"
 #include "areal/kernels/trainer.hpp"
 
@@ -72,6 +79,34 @@ double train_rate(policy_model& model, const trainer_config& tc, const std::vect
   return rate;
 }
 
+// A PPO batch of `count` sequences (prompt `prompt`, response `response`
+// tokens) whose behaviour log-probabilities are the model's own, and
+// advantages of both signs, as the trainer receives them.
+std::vector<rl_sample> make_rl_batch(trainer& t, int count, int64_t prompt, int64_t response, uint32_t seed) {
+  std::mt19937 rng{seed};
+  std::vector<std::vector<int32_t>> prompts, responses;
+  for (int i = 0; i < count; ++i) {
+    std::vector<int32_t> p, r;
+    for (int64_t k = 0; k < prompt; ++k)
+      p.push_back(static_cast<int32_t>(rng() % vocab));
+    for (int64_t k = 0; k < response; ++k)
+      r.push_back(static_cast<int32_t>(rng() % vocab));
+    prompts.push_back(std::move(p));
+    responses.push_back(std::move(r));
+  }
+  auto behaviour = t.response_logprobs(prompts, responses);
+  std::vector<rl_sample> batch;
+  for (int i = 0; i < count; ++i) {
+    rl_sample s;
+    s.prompt = prompts[static_cast<size_t>(i)];
+    s.response = responses[static_cast<size_t>(i)];
+    s.behaviour_logprobs = behaviour[static_cast<size_t>(i)];
+    s.advantage = i % 2 ? 1.0 : -1.0;
+    batch.push_back(std::move(s));
+  }
+  return batch;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -79,7 +114,7 @@ int main(int argc, char** argv) {
   bool quick = cli.quick;
   std::string json_path = cli.json_path;
   int threads = cli.threads;
-  at::set_num_threads(threads);
+  set_compute_threads(threads);
   nlohmann::json out;
   auto facts = probe_blas();
   std::cout << "machine: " << std::thread::hardware_concurrency() << " hardware threads; " << describe(facts) << "\n";
@@ -112,6 +147,49 @@ int main(int argc, char** argv) {
   // Training runs with the tuned allocator (see allocator.hpp); the memory
   // comparison above ran with glibc's defaults, where freed blocks go back to the kernel.
   std::cout << "allocator for training: " << tune_allocator() << "\n";
+  // The PPO step, as the job's trainer runs it on `threads` compute threads.
+  {
+    int count = quick ? 16 : 32;
+    int64_t prompt = 64, response = 192;
+    std::cout << "PPO step (trainer::ppo_update; " << threads << " replica(s) x 1 intra-op thread, as the job's "
+              << "trainer on " << threads << " compute threads; " << count << " sequences of " << prompt << " + "
+              << response << " tokens, max_tokens_per_mb 4096):\n";
+    for (std::string name : {"tiny", "small"}) {
+      auto config = preset(name, vocab);
+      policy_model model(config);
+      model.init_random(5);
+      double ceiling = areal::bench::concurrent_gemm_ceiling_gflops(config, threads);
+      for (int64_t minibatches : {1, 4}) {
+        trainer_config tc;
+        tc.data_parallel = threads;
+        tc.ppo_minibatches = minibatches;
+        trainer t(model, tc);
+        auto batch = make_rl_batch(t, count, prompt, response, 7);
+        t.ppo_update(batch);  // warm-up
+        int steps = quick ? 2 : 4;
+        int64_t tokens = 0;
+        auto start = clock_type::now();
+        for (int i = 0; i < steps; ++i)
+          tokens += t.ppo_update(batch).tokens;
+        double seconds = seconds_since(start);
+        // Per step: forward + backward (3x a forward) over the batch, and a
+        // forward over the minibatches after the first (their pi_prox).
+        std::vector<int64_t> lengths(static_cast<size_t>(count), prompt + response);
+        double pass = areal::bench::forward_flops(config, lengths, count * response);
+        auto first = static_cast<double>(count / minibatches) / count;
+        double step_flops = 3.0 * pass + (1.0 - first) * pass;
+        double gflops = step_flops * steps / seconds / 1e9;
+        double efficiency = gflops / ceiling;
+        std::cout << "  " << name << ", ppo_minibatches " << minibatches << ": " << tokens / seconds
+                  << " trained tokens/s, " << gflops << " model GFLOP/s; ceiling " << ceiling << " GFLOP/s ("
+                  << threads << " x 1-thread products at once); efficiency " << efficiency << "\n";
+        out["ppo_step"][name][std::to_string(minibatches)] = {{"tokens_per_s", tokens / seconds},
+                                                              {"model_gflops", gflops},
+                                                              {"ceiling_gflops", ceiling},
+                                                              {"efficiency", efficiency}};
+      }
+    }
+  }
   // Training throughput: sequences of 256 tokens (prompt 4), 2048 tokens per micro-batch.
   for (std::string name : {"tiny", "small"}) {
     auto config = preset(name, vocab);
@@ -123,8 +201,9 @@ int main(int argc, char** argv) {
     tc.max_tokens_per_mb = 2048;
     auto rate = train_rate(model, tc, make_data(lengths, 1), quick ? 2 : 5);
     double efficiency = 6.0 * static_cast<double>(config.parameter_count()) * rate / (ceiling * 1e9);
-    std::cout << name << ": " << config.parameter_count() << " parameters; GEMM ceiling " << ceiling
-              << " GFLOP/s; training " << rate << " tokens/s, efficiency " << efficiency << "\n";
+    std::cout << "SFT step, " << name << ": " << config.parameter_count() << " parameters; GEMM ceiling "
+              << ceiling << " GFLOP/s; training " << rate << " tokens/s, efficiency (6 N tokens/s) " << efficiency
+              << "\n";
     out[name] = {{"ceiling_gflops", ceiling}, {"tokens_per_s", rate}, {"efficiency", efficiency}};
   }
 

@@ -178,7 +178,7 @@ TEST_CASE("a port in use is reported with what to do") {
   CHECK_MESSAGE(second->wait_exit(10s) == 2, second->log());
   CHECK(second->log().find("cannot listen on 127.0.0.1:") != std::string::npos);
   head->kill(SIGTERM);
-  CHECK(head->wait_exit(5s) == 0);
+  CHECK_MESSAGE(head->wait_exit(5s) == 0, head->log());
 }
 
 namespace {

@@ -166,7 +166,19 @@ double check_gemv(sgemv_fn gemv, bool transpose, int m, int n) {
 
 // The products the model runs, by shape class: odd edges, a size that takes
 // OpenBLAS's threaded path, a transposed operand, and matrix-vector (decoding).
+// The threaded path starts OpenMP's threads, which keep the signal mask they
+// are born with: the termination signals are blocked meanwhile, so that they
+// reach the thread a program waits for them on (areal's sigwait), never these.
 double check_products() {
+  sigset_t termination, before;
+  sigemptyset(&termination);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT})
+    sigaddset(&termination, sig);
+  pthread_sigmask(SIG_BLOCK, &termination, &before);
+  struct restore {
+    sigset_t* mask;
+    ~restore() { pthread_sigmask(SIG_SETMASK, mask, nullptr); }
+  } restore_mask{&before};
   auto gemm = reinterpret_cast<sgemm_fn>(dlsym(RTLD_DEFAULT, "sgemm_"));
   auto gemv = reinterpret_cast<sgemv_fn>(dlsym(RTLD_DEFAULT, "sgemv_"));
   if (!gemm || !gemv)

@@ -5,8 +5,10 @@
 #include <caf/io/middleman.hpp>
 
 #include <areal/actors/node.hpp>
+#include <areal/runtime/blas_core.hpp>
 
-int main() {
+int main(int argc, char** argv) {
+  areal::fit_blas_core(argc, argv);  // first: OpenBLAS's kernels fitted to this CPU (may run the program again)
   auto config = areal::parse_config(R"([run]
 name = "embedded"
 hold_s = 60.0
