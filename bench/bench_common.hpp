@@ -7,6 +7,7 @@
 #include <iostream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "areal/kernels/blas_probe.hpp"
 #include "areal/kernels/model_config.hpp"
@@ -63,5 +64,11 @@ double concurrent_gemm_ceiling_gflops(const kernels::model_config& c, int thread
 /// token may attend to). Embedding lookups, norms and element-wise work: none.
 /// Backward is counted as twice the forward.
 double forward_flops(const kernels::model_config& c, const std::vector<int64_t>& lengths, int64_t scored);
+
+/// Model FLOPs of one decode step of `batch` sequences whose new token sits at
+/// position `context` (it attends to context + 1 positions): per token 2 *
+/// (matrix parameters of the layers) + 2 * hidden * vocab (the LM head) +
+/// 2 * 2 * (heads * head_dim) * (context + 1) per layer (QK^T and AV).
+double decode_flops(const kernels::model_config& c, int64_t batch, int64_t context);
 
 }  // namespace areal::bench

@@ -1,7 +1,10 @@
 // bench_generation: the rollout engine on this machine, measured side by side.
 //   - the GEMM ceiling: fp32 product of the model's MLP shape, same threads;
 //   - decode tokens/s at batch 1..128 for both presets, and efficiency =
-//     2 * N * tokens/s / ceiling (N = parameters);
+//     model FLOPs (decode_flops in bench_common.hpp: layers, LM head,
+//     attention over the context) / time / the GEMM rate at the same M (batch
+//     rows x hidden x intermediate), measured in the same run; `small` also at
+//     Qwen2's vocabulary of 151,936, where the LM head is the largest product;
 //   - continuous vs static batching on a long-tailed output-length workload
 //     (static: a batch runs until its longest member ends; only useful tokens count);
 //   - the cost of an interruption (re-prefill) per 1k tokens in flight, and
@@ -25,6 +28,7 @@
 
 #include "areal/kernels/allocator.hpp"
 #include "areal/kernels/blas_probe.hpp"
+#include "areal/kernels/compute_threads.hpp"
 #include "areal/kernels/engine.hpp"
 
 using namespace areal;
@@ -53,16 +57,25 @@ generation_job make_job(uint64_t id, int64_t prompt_len, uint32_t max_new) {
   return j;
 }
 
-// Decode tokens/s with `batch` sequences decoding together (prefill excluded).
-double decode_rate(policy_model& model, int64_t batch, int steps) {
+constexpr int64_t decode_prompt = 16;
+
+// Decode tokens/s with `batch` sequences decoding together (prefill excluded);
+// `flops` gets the model FLOPs of the timed steps.
+double decode_rate(policy_model& model, int64_t batch, int steps, double* flops = nullptr) {
   generation_engine engine(model, {batch, 64 + steps + 8, 4096, true});
   for (int64_t i = 0; i < batch; ++i)
-    engine.submit(make_job(static_cast<uint64_t>(i), 16, static_cast<uint32_t>(steps + 1)));
+    engine.submit(make_job(static_cast<uint64_t>(i), decode_prompt, static_cast<uint32_t>(steps + 1)));
   engine.step();  // prefill of every prompt, first token
   auto start = clock_type::now();
   for (int s = 0; s < steps; ++s)
     engine.step();
-  return static_cast<double>(batch * steps) / seconds_since(start);
+  auto seconds = seconds_since(start);
+  if (flops) {
+    *flops = 0;
+    for (int s = 0; s < steps; ++s)  // step s decodes the token at position prompt + 1 + s
+      *flops += bench::decode_flops(model.config(), batch, decode_prompt + 1 + s);
+  }
+  return static_cast<double>(batch * steps) / seconds;
 }
 
 std::vector<uint32_t> long_tail_lengths(int count, uint32_t median, uint32_t cap, uint32_t seed) {
@@ -123,7 +136,7 @@ int main(int argc, char** argv) {
   std::string json_path = cli.json_path;
   int threads = cli.threads;
   auto allocator = tune_allocator();
-  at::set_num_threads(threads);
+  kernels::set_compute_threads(threads);
   at::NoGradGuard no_grad;
   nlohmann::json out;
   auto facts = probe_blas();
@@ -132,24 +145,36 @@ int main(int argc, char** argv) {
   out["threads"] = facts.intra_op_threads;
   out["blas"] = facts.library;
 
-  for (std::string name : {"tiny", "small"}) {
-    auto config = preset(name, vocab);
+  struct decode_case {
+    std::string name;
+    int64_t vocab_size;
+    std::vector<int64_t> batches;
+  };
+  std::vector<decode_case> cases = {{"tiny", vocab, {1, 8, 32, 64, 128}},
+                                    {"small", vocab, {1, 8, 32, 64, 128}},
+                                    {"small", 151936, {1, 64}}};
+  for (auto& dc : cases) {
+    auto config = preset(dc.name, dc.vocab_size);
     policy_model model(config);
     model.init_random(1);
-    double n = static_cast<double>(config.parameter_count());
-    double ceiling = bench::gemm_ceiling_gflops(config);
-    std::cout << name << ": " << config.parameter_count() << " parameters; GEMM ceiling (512x" << config.hidden_size
-              << "x" << config.intermediate_size << " fp32) " << ceiling << " GFLOP/s\n";
-    out[name]["parameters"] = config.parameter_count();
-    out[name]["ceiling_gflops"] = ceiling;
-    for (int64_t batch : {1, 8, 32, 64, 128}) {
+    auto key = dc.name + (dc.vocab_size == vocab ? "" : "_vocab_" + std::to_string(dc.vocab_size));
+    std::cout << dc.name << ", vocabulary " << dc.vocab_size << ": " << config.parameter_count()
+              << " parameters; efficiency = model GFLOP/s / GEMM rate at M = batch (M x " << config.hidden_size << " x "
+              << config.intermediate_size << " fp32, same threads)\n";
+    out[key]["parameters"] = config.parameter_count();
+    for (auto batch : dc.batches) {
       int steps = quick ? (batch >= 64 ? 8 : 16) : 48;
-      if (quick && name == "small" && batch == 128)
+      if (quick && dc.name == "small" && batch == 128)
         steps = 6;
-      double rate = decode_rate(model, batch, steps);
-      double efficiency = 2.0 * n * rate / (ceiling * 1e9);
-      std::cout << "  decode batch " << batch << ": " << rate << " tokens/s, efficiency " << efficiency << "\n";
-      out[name]["decode"][std::to_string(batch)] = {{"tokens_per_s", rate}, {"efficiency", efficiency}};
+      double flops = 0;
+      double rate = decode_rate(model, batch, steps, &flops);
+      double seconds = static_cast<double>(batch * steps) / rate;
+      double ceiling = kernels::measure_gemm_gflops(batch, config.hidden_size, config.intermediate_size, 10);
+      double gflops = flops / seconds / 1e9;
+      std::cout << "  decode batch " << batch << ": " << rate << " tokens/s, " << gflops << " model GFLOP/s; ceiling "
+                << ceiling << " GFLOP/s; efficiency " << gflops / ceiling << "\n";
+      out[key]["decode"][std::to_string(batch)] = {
+          {"tokens_per_s", rate}, {"model_gflops", gflops}, {"ceiling_gflops", ceiling}, {"efficiency", gflops / ceiling}};
     }
   }
 
