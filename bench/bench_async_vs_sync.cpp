@@ -110,7 +110,7 @@ capacity measure_capacity(const fs::path& model_dir, const workload& w, int thre
   o.max_terms = static_cast<int>(w.max_terms);
   auto source = tasks::running_sum_generator(o);
   const int64_t slots = 64;
-  kernels::generation_engine engine(model, {slots, 1024, 512, true});
+  kernels::generation_engine engine(model, {slots, 1024, 512});
   int64_t requests = quick ? 2 * slots : 4 * slots;
   for (int64_t i = 0; i < requests; ++i) {
     kernels::generation_job job;

@@ -174,7 +174,7 @@ int main(int argc, char** argv) {
   rs.name = "rollout-bench";
   rs.model = model;
   rs.tokenizer = tok;
-  rs.engine = {64, 256, 512, true};
+  rs.engine = {64, 256, 512};
   rs.compute_threads = threads;
   auto worker = spawn_rollout(sys, rs);
   endpoint_setup es;

@@ -7,8 +7,8 @@
 //     Qwen2's vocabulary of 151,936, where the LM head is the largest product;
 //   - continuous vs static batching on a long-tailed output-length workload
 //     (static: a batch runs until its longest member ends; only useful tokens count);
-//   - the cost of an interruption (re-prefill) per 1k tokens in flight, and
-//     interrupting vs waiting for in-flight sequences on the same workload;
+//   - the cost of an interruption (re-prefill) per 1k tokens in flight, and the
+//     three interruption modes (reprefill, keep_cache, wait) on the same workload;
 //   - resident memory before and after many decode steps.
 // Usage: bench_generation [--quick] [--json FILE] [--threads N]
 #include <unistd.h>
@@ -62,7 +62,7 @@ constexpr int64_t decode_prompt = 16;
 // Decode tokens/s with `batch` sequences decoding together (prefill excluded);
 // `flops` gets the model FLOPs of the timed steps.
 double decode_rate(policy_model& model, int64_t batch, int steps, double* flops = nullptr) {
-  generation_engine engine(model, {batch, 64 + steps + 8, 4096, true});
+  generation_engine engine(model, {batch, 64 + steps + 8, 4096});
   for (int64_t i = 0; i < batch; ++i)
     engine.submit(make_job(static_cast<uint64_t>(i), decode_prompt, static_cast<uint32_t>(steps + 1)));
   engine.step();  // prefill of every prompt, first token
@@ -92,9 +92,9 @@ struct workload_result {
   double seconds;
 };
 
-workload_result run_continuous(policy_model& model, const std::vector<uint32_t>& lengths, int64_t slots, bool interrupt,
-                               int update_every) {
-  generation_engine engine(model, {slots, 16 + 512, 256, interrupt});
+workload_result run_continuous(policy_model& model, const std::vector<uint32_t>& lengths, int64_t slots,
+                               interruption_mode interruption, int update_every) {
+  generation_engine engine(model, {slots, 16 + 512, 256, interruption});
   for (size_t i = 0; i < lengths.size(); ++i)
     engine.submit(make_job(i, 16, lengths[i]));
   auto same_weights = model.flat().clone();
@@ -117,7 +117,7 @@ workload_result run_static(policy_model& model, const std::vector<uint32_t>& len
     auto end = std::min(lengths.size(), begin + static_cast<size_t>(slots));
     auto longest =
         *std::max_element(lengths.begin() + static_cast<long>(begin), lengths.begin() + static_cast<long>(end));
-    generation_engine engine(model, {slots, 16 + 512, 4096, true});
+    generation_engine engine(model, {slots, 16 + 512, 4096});
     for (size_t i = begin; i < end; ++i) {
       engine.submit(make_job(i, 16, longest));  // everyone runs as long as the longest
       useful += lengths[i];
@@ -188,7 +188,7 @@ int main(int argc, char** argv) {
   std::sort(sorted.begin(), sorted.end());
   std::cout << "long-tail workload: " << requests << " requests, output length median " << sorted[sorted.size() / 2]
             << ", max " << sorted.back() << "\n";
-  auto continuous = run_continuous(model, lengths, 32, true, 0);
+  auto continuous = run_continuous(model, lengths, 32, interruption_mode::reprefill, 0);
   auto fixed = run_static(model, lengths, 32);
   std::cout << "  continuous batching " << continuous.useful_tokens_per_s << " tokens/s vs static "
             << fixed.useful_tokens_per_s << " tokens/s: ratio "
@@ -197,7 +197,7 @@ int main(int argc, char** argv) {
 
   // Cost of one interruption: 32 sequences with ~L tokens each re-prefilled.
   {
-    generation_engine engine(model, {32, 16 + 512, 4096, true});
+    generation_engine engine(model, {32, 16 + 512, 4096});
     for (uint64_t i = 0; i < 32; ++i)
       engine.submit(make_job(i, 16, 400));
     for (int i = 0; i < (quick ? 48 : 112); ++i)
@@ -216,17 +216,26 @@ int main(int argc, char** argv) {
               << " ms per 1k tokens (one step " << interrupted * 1e3 << " ms vs " << normal * 1e3 << " ms)\n";
     out["interruption_ms_per_1k_tokens"] = ms_per_1k;
   }
+  // The three ways new weights meet in-flight sequences (rl.interruption), on
+  // the same workload and update schedule (the same weights again, so that the
+  // sampled lengths, and the work, are equal).
   int every = quick ? 24 : 40;
-  auto interrupting = run_continuous(model, lengths, 32, true, every);
-  auto waiting = run_continuous(model, lengths, 32, false, every);
-  std::cout << "  weight update every " << every << " steps: interrupting " << interrupting.useful_tokens_per_s
-            << " tokens/s vs waiting " << waiting.useful_tokens_per_s << " tokens/s: ratio "
-            << interrupting.useful_tokens_per_s / waiting.useful_tokens_per_s << "\n";
-  out["interrupt_vs_wait"] = interrupting.useful_tokens_per_s / waiting.useful_tokens_per_s;
+  auto reprefill = run_continuous(model, lengths, 32, interruption_mode::reprefill, every);
+  auto keep_cache = run_continuous(model, lengths, 32, interruption_mode::keep_cache, every);
+  auto waiting = run_continuous(model, lengths, 32, interruption_mode::wait, every);
+  std::cout << "  weight update every " << every << " steps: reprefill " << reprefill.useful_tokens_per_s
+            << " tokens/s, keep_cache " << keep_cache.useful_tokens_per_s << " tokens/s, wait "
+            << waiting.useful_tokens_per_s << " tokens/s; reprefill/wait "
+            << reprefill.useful_tokens_per_s / waiting.useful_tokens_per_s << ", keep_cache/wait "
+            << keep_cache.useful_tokens_per_s / waiting.useful_tokens_per_s << ", keep_cache/reprefill "
+            << keep_cache.useful_tokens_per_s / reprefill.useful_tokens_per_s << "\n";
+  out["interrupt_vs_wait"] = reprefill.useful_tokens_per_s / waiting.useful_tokens_per_s;
+  out["keep_cache_vs_wait"] = keep_cache.useful_tokens_per_s / waiting.useful_tokens_per_s;
+  out["keep_cache_vs_reprefill"] = keep_cache.useful_tokens_per_s / reprefill.useful_tokens_per_s;
 
   // Resident memory over many decode steps with sequences constantly replaced.
   {
-    generation_engine engine(model, {32, 16 + 128, 256, true});
+    generation_engine engine(model, {32, 16 + 128, 256});
     uint64_t next = 0;
     auto top_up = [&] {
       while (engine.queued() + engine.running() < 48) {

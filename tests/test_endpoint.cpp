@@ -50,7 +50,7 @@ struct fixture : test::actor_test_system {
     rs.name = "rollout-test";
     rs.model = model;
     rs.tokenizer = tok;
-    rs.engine = {8, 512, 64, true};
+    rs.engine = {8, 512, 64};
     rs.initial_version = 5;
     worker = spawn_rollout(*sys, rs);
     endpoint_setup es;

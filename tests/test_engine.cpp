@@ -59,12 +59,12 @@ TEST_CASE("continuous batching gives every request what it gets alone") {
   // Alone: one request at a time.
   std::map<uint64_t, generation_output> alone;
   for (uint64_t i = 0; i < 12; ++i) {
-    generation_engine engine(model, {1, 128, 64, true});
+    generation_engine engine(model, {1, 128, 64});
     engine.submit(job(i, prompt_of(i), 4 + static_cast<uint32_t>(i * 5 % 17)));
     alone[i] = engine.run_to_completion().front();
   }
   // Together: 4 slots, small prefill chunks, requests of different lengths leaving at different times.
-  generation_engine engine(model, {4, 128, 5, true});
+  generation_engine engine(model, {4, 128, 5});
   for (uint64_t i = 0; i < 12; ++i)
     engine.submit(job(i, prompt_of(i), 4 + static_cast<uint32_t>(i * 5 % 17)));
   auto together = by_id(engine.run_to_completion());
@@ -85,7 +85,7 @@ TEST_CASE("the same seed and weights give the same tokens and stop tokens end a 
   policy_model model(engine_config_model());
   model.init_random(12, 0.3);
   auto run = [&](uint64_t seed) {
-    generation_engine engine(model, {2, 128, 64, true});
+    generation_engine engine(model, {2, 128, 64});
     engine.submit(job(1, {1, 2, 3}, 40, false, seed));
     return engine.run_to_completion().front();
   };
@@ -96,7 +96,7 @@ TEST_CASE("the same seed and weights give the same tokens and stop tokens end a 
   for (auto lp : a.logprobs)
     CHECK((lp <= 0 && std::isfinite(lp)));
   // Stop at the first occurrence of a token the run produced.
-  generation_engine engine(model, {2, 128, 64, true});
+  generation_engine engine(model, {2, 128, 64});
   auto with_stop = job(1, {1, 2, 3}, 40, false, 5);
   with_stop.sampling.stop_tokens = {a.tokens[3]};
   engine.submit(with_stop);
@@ -108,7 +108,7 @@ TEST_CASE("the same seed and weights give the same tokens and stop tokens end a 
 
 TEST_CASE("requests that cannot fit are refused with a reason") {
   policy_model model(engine_config_model());
-  generation_engine engine(model, {2, 16, 8, true});
+  generation_engine engine(model, {2, 16, 8});
   CHECK_THROWS_WITH_AS(engine.submit(job(1, {}, 4)), doctest::Contains("empty prompt"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(engine.submit(job(2, {1, 2, 3}, 20)), doctest::Contains("exceeds the engine's max_seq_len"),
                        std::invalid_argument);
@@ -124,7 +124,7 @@ TEST_CASE("an interruption re-prefills exactly and switches versions at the swap
   other.init_random(14, 0.2);
   auto new_weights = other.flat().clone();
 
-  generation_engine engine(model, {1, 128, 64, true}, 0);
+  generation_engine engine(model, {1, 128, 64}, 0);
   engine.submit(job(1, {4, 5, 6, 7}, 30, false, 9));
   for (int i = 0; i < 10; ++i)
     engine.step();  // the prefill samples token 1, each later step one more
@@ -161,13 +161,43 @@ TEST_CASE("an interruption re-prefills exactly and switches versions at the swap
   CHECK(engine.counters().reprefill_tokens == 14);
 }
 
+TEST_CASE("keep_cache: the weights change under in-flight sequences, their caches stay, versions switch at the swap") {
+  policy_model model(engine_config_model());
+  model.init_random(13, 0.2);
+  policy_model other(engine_config_model());
+  other.init_random(14, 0.2);
+  auto new_weights = other.flat().clone();
+
+  generation_engine engine(model, {1, 128, 64, interruption_mode::keep_cache}, 0);
+  engine.submit(job(1, {4, 5, 6, 7}, 30, false, 9));
+  for (int i = 0; i < 10; ++i)
+    engine.step();
+  auto before = engine.in_flight().front().tokens;
+  REQUIRE(before.size() == 10);
+  int64_t n = 4 + 10 - 1;  // the last sampled token is fed at the next step
+  REQUIRE(engine.cache().length[0] == n);
+  auto old_keys = engine.cache().keys[0][0].narrow(1, 0, n).clone();
+  engine.update_weights(1, new_weights);
+  engine.step();  // no re-prefill: one decode step with the new weights
+  CHECK(engine.cache().length[0] == n + 1);
+  // The cached keys are still the old weights' (a re-prefill would have replaced them).
+  CHECK((engine.cache().keys[0][0].narrow(1, 0, n) - old_keys).abs().max().item<double>() == 0.0);
+  CHECK(model.flat().equal(new_weights));
+  auto out = engine.run_to_completion().front();
+  REQUIRE(out.tokens.size() == 30);
+  for (size_t i = 0; i < out.versions.size(); ++i)
+    CHECK(out.versions[i] == (i < 10 ? 0 : 1));
+  CHECK(engine.counters().interruptions == 1);
+  CHECK(engine.counters().reprefill_tokens == 0);
+}
+
 TEST_CASE("a swap to identical weights does not change the sampled tokens") {
   policy_model a(engine_config_model());
   a.init_random(15, 0.3);
   policy_model b(engine_config_model());
   b.flat().copy_(a.flat());
-  generation_engine plain(a, {3, 128, 4, true});
-  generation_engine swapped(b, {3, 128, 4, true});
+  generation_engine plain(a, {3, 128, 4});
+  generation_engine swapped(b, {3, 128, 4});
   for (uint64_t i = 0; i < 5; ++i) {
     plain.submit(job(i, prompt_of(i), 25, false, 40 + i));
     swapped.submit(job(i, prompt_of(i), 25, false, 40 + i));
@@ -194,7 +224,7 @@ TEST_CASE("waiting mode finishes in-flight sequences with the old weights before
   model.init_random(16, 0.2);
   policy_model other(engine_config_model());
   other.init_random(17, 0.2);
-  generation_engine engine(model, {2, 128, 64, false});
+  generation_engine engine(model, {2, 128, 64, interruption_mode::wait});
   engine.submit(job(1, {1, 2}, 12));
   engine.submit(job(2, {3, 4}, 6));
   engine.submit(job(3, {5, 6}, 6));  // queued: both slots are busy

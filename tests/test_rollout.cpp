@@ -11,6 +11,7 @@
 #include "areal/actors/reward_pool.hpp"
 #include "areal/actors/rollout.hpp"
 #include "areal/actors/sample_store.hpp"
+#include "job_parts.hpp"
 #include "test_models.hpp"
 #include "torch_doctest.hpp"
 
@@ -36,7 +37,7 @@ struct fixture : test::actor_test_system {
     setup.name = "rollout-test";
     setup.model = std::move(m);
     setup.tokenizer = tok;
-    setup.engine = {slots, 96, 32, true};
+    setup.engine = {slots, 96, 32};
     return spawn_rollout(*sys, setup);
   }
 };
@@ -55,7 +56,7 @@ generation_request request(uint64_t i, uint32_t max_new = 12) {
 
 // What the engine produces for the same request, run directly.
 generation_output direct(policy_model& m, const generation_request& r, int64_t version = 0) {
-  generation_engine engine(m, {1, 96, 32, true}, version);
+  generation_engine engine(m, {1, 96, 32}, version);
   generation_job job;
   job.prompt = r.prompt_tokens;
   job.sampling = r.sampling;
@@ -190,4 +191,19 @@ TEST_CASE("a full reward pool delays samples, and each reaches the sample store 
   for (auto a :
        {caf::actor_cast<caf::actor>(worker), caf::actor_cast<caf::actor>(pool), caf::actor_cast<caf::actor>(store)})
     caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("rl.interruption reaches the rollout workers' engines") {
+  job::model_parts m;
+  m.config.max_position_embeddings = 512;
+  run_config c;
+  CHECK(job::rollout_engine(c, m).interruption == interruption_mode::reprefill);  // the default
+  for (auto [name, mode] : {std::pair{"keep_cache", interruption_mode::keep_cache},
+                            std::pair{"wait", interruption_mode::wait}}) {
+    c.rl.interruption = name;
+    CHECK(job::rollout_engine(c, m).interruption == mode);
+  }
+  c.rl.rollout_slots = 7;
+  CHECK(job::rollout_engine(c, m).slots == 7);
+  CHECK(job::rollout_engine(c, m).max_seq_len == 512);
 }

@@ -158,7 +158,7 @@ TEST_CASE("the engine's behaviour log-probabilities equal the trainer's for the 
   auto config = test_config();
   policy_model model(config);
   model.init_random(9, 0.1);
-  generation_engine engine(model, {4, 64, 16, true});
+  generation_engine engine(model, {4, 64, 16});
   auto outs = six_samples(engine);
   trainer t(model, {});
   std::vector<std::vector<int32_t>> prompts, responses;
@@ -182,7 +182,7 @@ TEST_CASE("in bfloat16 the engine and the trainer agree, and bfloat16 is what th
   auto fp32_config = test_config();
   policy_model reference(fp32_config);
   reference.flat().copy_(model.flat());
-  generation_engine engine(model, {4, 64, 16, true});
+  generation_engine engine(model, {4, 64, 16});
   auto outs = six_samples(engine);
   std::vector<std::vector<int32_t>> prompts, responses;
   for (auto& o : outs) {

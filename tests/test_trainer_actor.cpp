@@ -46,7 +46,7 @@ TEST_CASE("rewarded first tokens become more likely after trainer steps, and ver
 
   rollout_setup rs;
   rs.model = rollout_model;
-  rs.engine = {8, 32, 32, true};
+  rs.engine = {8, 32, 32};
   auto rollout = spawn_rollout(sys, rs);
   trainer_setup ts;
   ts.model = policy;

@@ -13,7 +13,7 @@ namespace areal {
 
 eval_result evaluate_policy(kernels::policy_model& model, const kernels::tokenizer& tokenizer, const eval_set& set,
                             const eval_options& options) {
-  kernels::generation_engine engine(model, {options.slots, options.max_seq_len, 1024, true});
+  kernels::generation_engine engine(model, {options.slots, options.max_seq_len, 1024});
   for (size_t i = 0; i < set.prompts.size(); ++i) {
     kernels::generation_job job;
     job.id = i;

@@ -152,6 +152,10 @@ int64_t max_sequence(const model_parts& m) {
   return std::min<int64_t>(m.config.max_position_embeddings, 1024);
 }
 
+kernels::engine_config rollout_engine(const run_config& c, const model_parts& m) {
+  return {c.rl.rollout_slots, max_sequence(m), 512, kernels::parse_interruption(c.rl.interruption)};
+}
+
 std::vector<rollout_actor> spawn_rollout_workers(caf::actor_system& sys, const run_config& c, const model_parts& m,
                                                  std::shared_ptr<compute_share> share, std::shared_ptr<tracer> trace,
                                                  int64_t initial_version, const std::string& prefix) {
@@ -161,7 +165,7 @@ std::vector<rollout_actor> spawn_rollout_workers(caf::actor_system& sys, const r
     rs.name = prefix + std::to_string(i);
     rs.model = policy_copy(m);
     rs.tokenizer = m.tokenizer;
-    rs.engine = {c.rl.rollout_slots, max_sequence(m), 512, true};
+    rs.engine = rollout_engine(c, m);
     rs.initial_version = initial_version;
     rs.share = share;
     rs.trace = trace;

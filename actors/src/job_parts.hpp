@@ -23,6 +23,7 @@
 #include "areal/kernels/tokenizer.hpp"
 #include "areal/kernels/trainer.hpp"
 #include "areal/kernels/chat_template.hpp"
+#include "areal/kernels/engine.hpp"
 #include "areal/runtime/config.hpp"
 #include "areal/runtime/trace.hpp"
 #include "areal/tasks/tasks.hpp"
@@ -95,6 +96,8 @@ std::unique_ptr<http_endpoint> start_endpoint(caf::actor_system& sys, const run_
                                               controller_actor controller, sample_store_actor store);
 /// The longest sequence the engines and the evaluator take.
 int64_t max_sequence(const model_parts& m);
+/// The engine of a rollout worker: rl.rollout_slots, the model's longest sequence, rl.interruption.
+kernels::engine_config rollout_engine(const run_config& c, const model_parts& m);
 std::vector<rollout_actor> spawn_rollout_workers(caf::actor_system& sys, const run_config& c, const model_parts& m,
                                                  std::shared_ptr<compute_share> share, std::shared_ptr<tracer> trace,
                                                  int64_t initial_version, const std::string& prefix);

@@ -92,10 +92,20 @@ void generation_engine::update_weights(int64_t version, at::Tensor weights) {
   pending_update_ = std::make_pair(version, std::move(weights));
 }
 
+interruption_mode parse_interruption(const std::string& name) {
+  if (name == "reprefill")
+    return interruption_mode::reprefill;
+  if (name == "keep_cache")
+    return interruption_mode::keep_cache;
+  if (name == "wait")
+    return interruption_mode::wait;
+  throw std::invalid_argument("interruption \"" + name + "\": use reprefill, keep_cache or wait");
+}
+
 void generation_engine::apply_pending_update() {
   if (!pending_update_)
     return;
-  if (!config_.interrupt_on_update && !active_.empty())
+  if (config_.interruption == interruption_mode::wait && !active_.empty())
     return;  // waiting mode: the swap happens once the in-flight sequences are done
   {
     auto start = std::chrono::steady_clock::now();
@@ -108,6 +118,8 @@ void generation_engine::apply_pending_update() {
   pending_update_.reset();
   if (!active_.empty())
     counters_.interruptions++;
+  if (config_.interruption == interruption_mode::keep_cache)
+    return;  // the caches stay as the old weights computed them
   for (size_t slot = 0; slot < active_.size(); ++slot) {
     active_[slot].fed = 0;  // caches dropped: recomputed with the new weights
     active_[slot].reprefill = true;
@@ -116,7 +128,7 @@ void generation_engine::apply_pending_update() {
 }
 
 void generation_engine::admit() {
-  bool waiting_for_swap = pending_update_.has_value() && !config_.interrupt_on_update;
+  bool waiting_for_swap = pending_update_.has_value() && config_.interruption == interruption_mode::wait;
   while (!waiting_for_swap && !queue_.empty() && static_cast<int64_t>(active_.size()) < config_.slots) {
     sequence s;
     s.job = std::move(queue_.front());

@@ -344,6 +344,12 @@ std::vector<section> make_table() {
            in("rollout_workers", &c::rl, &rl_spec::rollout_workers, 1, 1024, "generation engines on this node"),
            in("rollout_slots", &c::rl, &rl_spec::rollout_slots, 1, 1e5, "sequences one engine decodes together"),
            in("max_concurrent", &c::rl, &rl_spec::max_concurrent, 1, 1e6, "requests in flight over all engines"),
+           text("interruption", &c::rl, &rl_spec::interruption,
+                "new weights under in-flight sequences: reprefill (drop their KV caches and recompute them with the "
+                "new weights; exact), keep_cache (keep the caches the old weights computed; no recomputation, "
+                "behaviour log-probabilities of a mixed policy), wait (start nothing new until they finish with the "
+                "old weights)",
+                {"reprefill", "keep_cache", "wait"}),
            in("checkpoint_every", &c::rl, &rl_spec::checkpoint_every, 0, 1e7,
               "steps between run checkpoints (0: only at the end and on SIGINT)"),
            in("record_trajectories", &c::rl, &rl_spec::record_trajectories, -inf, inf,

@@ -9,16 +9,25 @@
 // is refilled from the queue at the next step; the last occupied slot moves
 // into the hole so that decoding slots stay packed at the front of the cache.
 //
-// update_weights(version, weights) takes effect at the next step boundary.
-// Interrupting (the default): every in-flight sequence drops its cache and is
-// re-prefilled (prompt + tokens so far) with the new weights; tokens sampled
-// afterwards carry the new version. Waiting (the ablation): no new sequences
-// start until the in-flight ones finish with the old weights; then the swap.
+// update_weights(version, weights) takes effect at the next step boundary,
+// in one of three ways (interruption_mode):
+//   reprefill (the default, the paper's): every in-flight sequence drops its
+//     cache and is re-prefilled (prompt + tokens so far) with the new weights;
+//   keep_cache: the weights change under the in-flight sequences, whose caches
+//     keep the keys and values the old weights computed. No re-prefill; the
+//     price is exactness: later tokens attend to a context encoded by the old
+//     policy, so their behaviour log-probabilities are those of neither policy
+//     alone (the version each token records is still exact: the one that
+//     sampled it);
+//   wait (the ablation): no new sequences start until the in-flight ones finish
+//     with the old weights; then the swap.
+// In the first two, tokens sampled after the swap carry the new version.
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -28,11 +37,16 @@
 
 namespace areal::kernels {
 
+enum class interruption_mode { reprefill, keep_cache, wait };
+
+/// "reprefill", "keep_cache" or "wait" (rl.interruption); throws std::invalid_argument otherwise.
+interruption_mode parse_interruption(const std::string& name);
+
 struct engine_config {
   int64_t slots = 64;           // sequences decoded together
   int64_t max_seq_len = 1024;   // prompt + generated tokens of one sequence
   int64_t prefill_chunk = 256;  // prompt tokens prefilled per step, over all sequences
-  bool interrupt_on_update = true;
+  interruption_mode interruption = interruption_mode::reprefill;
 };
 
 struct generation_job {
