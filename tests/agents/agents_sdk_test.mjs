@@ -124,7 +124,13 @@ await Promise.all([0, 1, 2, 3].map(async () => {
     let r;
     // A refused or cut connection: the run ended and the node closed its endpoint
     // (areal's exit code is checked below; such an episode was never trained).
-    const closed = (e) => ['ECONNREFUSED', 'ECONNRESET', 'UND_ERR_SOCKET'].includes(e?.cause?.code);
+    // The code sits at some depth of the cause chain: our fetch's TypeError, or
+    // the client's APIConnectionError around it.
+    const closed = (e) => {
+      for (let c = e, depth = 0; c && depth < 5; c = c.cause, ++depth)
+        if (['ECONNREFUSED', 'ECONNRESET', 'UND_ERR_SOCKET'].includes(c.code)) return true;
+      return false;
+    };
     const attempt = () => episode(n).catch((e) => (closed(e) ? 'ended' : Promise.reject(e)));
     while ((r = await attempt()) === 'gate' && Date.now() < deadline) await new Promise((s) => setTimeout(s, 50));
     if (r !== 'done') stopped = true;
