@@ -134,12 +134,14 @@ TEST_CASE("the RL job learns in asynchronous mode and accounts for every sample"
 
 TEST_CASE("a stopped run resumes where it stopped: counters, data position and version continue") {
   scratch_dir dir{"resume"};
-  auto config = load(job_config("async", 1, 12), {"sft.steps=10", "eval.prompts=0"});
+  // 40 steps: the stop (polled every 10 ms) lands well before the end even on a fast machine.
+  constexpr int64_t rl_steps = 40;
+  auto config = load(job_config("async", 1, rl_steps), {"sft.steps=10", "eval.prompts=0"});
   std::atomic<bool> stop{false};
   // Stop the first run once it trained 5 steps (like SIGINT): it checkpoints and ends.
   std::thread stopper([&] {
-    for (int i = 0; i < 1200 && !stop.load(); ++i) {
-      std::this_thread::sleep_for(50ms);
+    for (int i = 0; i < 6000 && !stop.load(); ++i) {
+      std::this_thread::sleep_for(10ms);
       int64_t steps = 0;
       std::ifstream in(dir.path / "metrics.jsonl");
       for (std::string line; std::getline(in, line);)
@@ -153,7 +155,7 @@ TEST_CASE("a stopped run resumes where it stopped: counters, data position and v
   stopper.join();
   REQUIRE(first.exit_code == 0);
   REQUIRE(first.stats.steps >= 5);
-  REQUIRE(first.stats.steps < 12);
+  REQUIRE(first.stats.steps < rl_steps);
   auto saved = controller_checkpoint::load((dir.path / "checkpoint").string());
   CHECK(saved.version == first.stats.steps);
   CHECK(saved.admitted == saved.trained + saved.dropped);
@@ -162,9 +164,9 @@ TEST_CASE("a stopped run resumes where it stopped: counters, data position and v
   auto second = run_job(config, dir.path, true, no_stop);
   REQUIRE(second.exit_code == 0);
   auto& s = second.stats;
-  CHECK(s.steps == 12);
-  CHECK(s.version == 12);
-  CHECK(s.trained == 12 * 32);
+  CHECK(s.steps == rl_steps);
+  CHECK(s.version == rl_steps);
+  CHECK(s.trained == rl_steps * 32);
   CHECK(s.admitted == s.trained + s.dropped);
   CHECK(s.max_staleness <= 1);
 
@@ -187,7 +189,7 @@ TEST_CASE("a stopped run resumes where it stopped: counters, data position and v
       CHECK_MESSAGE(trained.insert(p.get<uint64_t>()).second, "prompt " << p << " trained twice");
   }
   CHECK(resumed);
-  REQUIRE(versions.size() == 12);
+  REQUIRE(static_cast<int64_t>(versions.size()) == rl_steps);
   for (size_t i = 0; i < versions.size(); ++i)
     CHECK(versions[i] == static_cast<int64_t>(i) + 1);
   // Every group the first run had started but not trained was generated again after the resume.
