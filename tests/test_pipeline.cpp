@@ -334,7 +334,11 @@ TEST_CASE("the clipping keys take effect: behaviour_mode and dual_clip") {
                                          << ", clamp " << first(clamped, "grad_norm")
                                          << "; over the cap: " << first(masked, "masked_fraction"));
   CHECK(first(masked, "masked_fraction") > 0);
-  CHECK(first(clamped, "masked_fraction") == first(masked, "masked_fraction"));
+  // The same tokens are over the cap in both, up to rounding: which tokens land just above 1
+  // depends on how the trainer's pass was split into micro-batches, i.e. on how many cores
+  // the shared core budget gave it at that moment (a CI run saw 0.2857 against 0.2727).
+  CHECK(first(clamped, "masked_fraction") > 0);
+  CHECK(std::abs(first(clamped, "masked_fraction") - first(masked, "masked_fraction")) < 0.05);
   // ...is left out of the loss (mask: another gradient)...
   CHECK(std::abs(first(masked, "grad_norm") - first(plain, "grad_norm")) > 0.05 * first(plain, "grad_norm"));
   // ...or weighted by the cap, i.e. by 1 - rounding (clamp: the same gradient).
