@@ -29,6 +29,7 @@
 #include "areal/actors/endpoint.hpp"
 #include "areal/actors/node.hpp"
 #include "areal/actors/rollout.hpp"
+#include "areal/kernels/compute_threads.hpp"
 #include "areal/kernels/allocator.hpp"
 #include "areal/kernels/model.hpp"
 #include "areal/runtime/config.hpp"
@@ -150,7 +151,7 @@ int main(int argc, char** argv) {
   kernels::tune_allocator();
   auto opts = bench::parse_options(argc, argv, "bench_endpoint");
   int threads = std::max(1, opts.threads);
-  at::set_num_threads(threads);
+  areal::kernels::set_compute_threads(threads);
   spdlog::set_level(spdlog::level::warn);
   auto facts = kernels::probe_blas();
 

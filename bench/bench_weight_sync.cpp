@@ -31,6 +31,8 @@
 #include "areal/actors/weight_transport.hpp"
 #include "bench_common.hpp"
 
+#include "areal/kernels/compute_threads.hpp"
+
 using namespace areal;
 using namespace std::chrono_literals;
 
@@ -192,7 +194,7 @@ double median(std::vector<double> xs) {
 
 int main(int argc, char** argv) {
   auto options = bench::parse_options(argc, argv, "bench_weight_sync");
-  at::set_num_threads(1);
+  areal::kernels::set_compute_threads(1);
   std::vector<size_t> sizes_mib = options.quick ? std::vector<size_t>{64} : std::vector<size_t>{64, 512};
   int repetitions = options.quick ? 2 : 3;
   std::printf(

@@ -11,6 +11,7 @@
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include "areal/kernels/compute_threads.hpp"
 #include "areal/kernels/advantages.hpp"
 #include "areal/kernels/engine.hpp"
 #include "areal/kernels/logprobs.hpp"
@@ -391,7 +392,7 @@ TEST_CASE("advantage estimators against hand-computed groups") {
 }
 
 TEST_CASE("resume continues exactly: 3 steps equal 2 steps + save + load + 1 step") {
-  at::set_num_threads(1);
+  areal::kernels::set_compute_threads(1);
   auto config = test_config();
   trainer_config tc;
   tc.optimizer.lr = 3e-3;

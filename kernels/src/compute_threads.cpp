@@ -16,8 +16,4 @@ void set_compute_threads(int threads) {
     omp_set_num_threads(threads);
 }
 
-int compute_threads() {
-  return at::get_num_threads();
-}
-
 }  // namespace areal::kernels

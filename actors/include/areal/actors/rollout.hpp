@@ -21,7 +21,7 @@ struct rollout_setup {
   std::shared_ptr<kernels::policy_model> model;  // owned by the worker from now on
   std::shared_ptr<const kernels::tokenizer> tokenizer;
   kernels::engine_config engine;
-  int compute_threads = 1;  // at::set_num_threads on the worker's thread, unless `share` is set
+  int compute_threads = 1;  // kernels::set_compute_threads on the worker's thread, unless `share` is set
   int64_t initial_version = 0;
   std::shared_ptr<compute_share> share;  // optional: the node's cores, shared with the trainer
   std::shared_ptr<tracer> trace;         // optional: spans "generate" and "weight sync"

@@ -20,7 +20,7 @@ struct trainer_setup {
   kernels::trainer_config config;
   kernels::advantage_estimator estimator = kernels::advantage_estimator::grpo;
   kernels::reward_shaping shaping;
-  int compute_threads = 1;  // at::set_num_threads on the trainer's thread, unless `share` is set
+  int compute_threads = 1;  // kernels::set_compute_threads on the trainer's thread, unless `share` is set
   int64_t initial_version = 0;
   std::string resume_from;               // a checkpoint directory to load first (empty: none)
   std::shared_ptr<compute_share> share;  // optional: the node's cores, shared with the rollout workers

@@ -15,7 +15,4 @@ namespace areal::kernels {
 /// when it has that count already.
 void set_compute_threads(int threads);
 
-/// The calling thread's intra-op threads.
-int compute_threads();
-
 }  // namespace areal::kernels
