@@ -1,57 +1,39 @@
 #include "areal/kernels/engine.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+
+#include "cpu_kernels.hpp"
 
 #include <algorithm>
 #include <chrono>
+#include <mutex>
 #include <stdexcept>
 
 namespace areal::kernels {
 
 namespace {
 
-double effective_temperature(const sampling_params& params) {
-  return params.temperature > 0 ? params.temperature : 1.0;
+// A uniform draw in [0, 1) from a sequence's own generator (53 random bits).
+double uniform_from(at::Generator& generator) {
+  auto* g = at::check_generator<at::CPUGeneratorImpl>(generator);
+  std::lock_guard<std::mutex> lock(g->mutex_);
+  return static_cast<double>(g->random64() >> 11) * 0x1.0p-53;
 }
 
-// Draws from tempered log-probabilities logp [vocab] (CPU, float).
-sampled_token sample_from_logprobs(const at::Tensor& logp, const sampling_params& params, at::Generator& generator) {
-  int64_t token;
-  if (params.greedy || params.temperature <= 0) {
-    token = logp.argmax().item<int64_t>();
-  } else {
-    auto vocab = logp.size(0);
-    at::Tensor candidates;  // token ids, most probable first, when truncated
-    at::Tensor weights;
-    if (params.top_k > 0 && params.top_k < static_cast<uint32_t>(vocab)) {
-      auto top = at::topk(logp, params.top_k);
-      weights = std::get<0>(top).exp();
-      candidates = std::get<1>(top);
-    } else if (params.top_p < 1.0f) {
-      auto sorted = at::sort(logp, -1, true);
-      weights = std::get<0>(sorted).exp();
-      candidates = std::get<1>(sorted);
-    } else {
-      weights = logp.exp();
-    }
-    if (params.top_p < 1.0f) {
-      // Keep the smallest prefix whose mass (after any top-k cut, renormalized)
-      // reaches top_p; the token crossing it is included.
-      weights = weights / weights.sum();
-      auto mass_before = weights.cumsum(0) - weights;
-      weights = weights * mass_before.lt(params.top_p).to(at::kFloat);
-    }
-    auto pick = at::multinomial(weights, 1, false, generator).item<int64_t>();
-    token = candidates.defined() ? candidates[pick].item<int64_t>() : pick;
-  }
-  return {token, logp[token].item<float>()};
+sampled_token sample_from_logits(const float* row, int64_t vocab, const sampling_params& params,
+                                 at::Generator& generator) {
+  bool greedy = params.greedy || params.temperature <= 0;
+  auto pick = cpu::sample_row(row, vocab, params.temperature, greedy, params.top_k, params.top_p,
+                              greedy ? 0.0 : uniform_from(generator));
+  return {pick.token, pick.logprob};
 }
 
 }  // namespace
 
 sampled_token sample_token(const at::Tensor& logits, const sampling_params& params, at::Generator& generator) {
-  auto row = logits.to(at::kFloat).to(at::kCPU).view({-1});
-  return sample_from_logprobs(at::log_softmax(row.div(effective_temperature(params)), -1), params, generator);
+  auto row = logits.to(at::kFloat).to(at::kCPU).contiguous().view({-1});
+  return sample_from_logits(row.data_ptr<float>(), row.numel(), params, generator);
 }
 
 int32_t generation_engine::sequence::token_at(int64_t i) const {
@@ -180,18 +162,22 @@ std::vector<generation_output> generation_engine::step() {
   if (!ready.empty()) {
     at::NoGradGuard no_grad;
     auto rows = at::tensor(ready_rows, at::TensorOptions().dtype(at::kLong)).to(hidden.device());
-    auto logits = model_.logits(hidden.index_select(0, rows)).to(at::kFloat).to(at::kCPU);
-    // Tempered log-probabilities of all ready rows at once; then one draw per
-    // sequence from its own generator, so that a seed's tokens do not depend on
-    // what else is in the batch.
-    std::vector<float> temperatures;
-    for (auto slot : ready)
-      temperatures.push_back(static_cast<float>(effective_temperature(active_[slot].job.sampling)));
-    auto logp = at::log_softmax(logits.div(at::tensor(temperatures).unsqueeze(1)), -1);
+    auto logits = model_.logits(hidden.index_select(0, rows)).to(at::kFloat).to(at::kCPU).contiguous();
+    // One draw per sequence from its own generator, so that a seed's tokens do
+    // not depend on what else is in the batch; rows in parallel.
+    auto vocab = logits.size(1);
+    const float* base = logits.data_ptr<float>();
+    std::vector<sampled_token> picks(ready.size());
+    at::parallel_for(0, static_cast<int64_t>(ready.size()), 1, [&](int64_t begin, int64_t end) {
+      for (auto i = begin; i < end; ++i) {
+        auto& s = active_[ready[static_cast<size_t>(i)]];
+        picks[static_cast<size_t>(i)] = sample_from_logits(base + i * vocab, vocab, s.job.sampling, s.generator);
+      }
+    });
     for (size_t i = 0; i < ready.size(); ++i) {
       auto& s = active_[ready[i]];
       s.reprefill = false;
-      auto pick = sample_from_logprobs(logp[static_cast<int64_t>(i)], s.job.sampling, s.generator);
+      auto& pick = picks[i];
       s.out.tokens.push_back(static_cast<int32_t>(pick.token));
       s.out.logprobs.push_back(pick.logprob);
       s.out.versions.push_back(version_);

@@ -1,5 +1,6 @@
 #include "areal/kernels/model.hpp"
 #include "areal/kernels/precision.hpp"
+#include "cpu_kernels.hpp"
 #include "areal/runtime/files.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -72,24 +73,49 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 
 // -- kv cache -----------------------------------------------------------------
 
-kv_cache::kv_cache(const model_config& config, int64_t slots, int64_t max_len, at::TensorOptions options) {
+kv_cache::kv_cache(const model_config& config, int64_t slots, int64_t max_len, at::TensorOptions options,
+                   int64_t pool_tokens) {
+  auto kv = config.num_key_value_heads, d = config.head_dim();
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
-    keys.push_back(at::zeros({slots, config.num_key_value_heads, max_len, config.head_dim()}, options));
-    values.push_back(at::zeros({slots, config.num_key_value_heads, max_len, config.head_dim()}, options));
+    keys.push_back(at::zeros({slots, kv, max_len, d}, options));
+    values.push_back(at::zeros({slots, kv, max_len, d}, options));
+    if (pool_tokens > 0) {
+      pool_keys.push_back(at::zeros({kv, pool_tokens, d}, options));
+      pool_values.push_back(at::zeros({kv, pool_tokens, d}, options));
+    }
   }
   length.assign(static_cast<size_t>(slots), 0);
+  shared.assign(static_cast<size_t>(slots), 0);
+  shared_at.assign(static_cast<size_t>(slots), 0);
 }
 
 void kv_cache::move_slot(int64_t from, int64_t to) {
   if (from == to)
     return;
-  auto n = length[static_cast<size_t>(from)];
+  auto f = static_cast<size_t>(from), t = static_cast<size_t>(to);
+  auto own_begin = shared[f], own = length[f] - shared[f];  // pool rows stay where they are
   for (size_t l = 0; l < keys.size(); ++l) {
-    keys[l][to].narrow(1, 0, n).copy_(keys[l][from].narrow(1, 0, n));
-    values[l][to].narrow(1, 0, n).copy_(values[l][from].narrow(1, 0, n));
+    keys[l][to].narrow(1, own_begin, own).copy_(keys[l][from].narrow(1, own_begin, own));
+    values[l][to].narrow(1, own_begin, own).copy_(values[l][from].narrow(1, own_begin, own));
   }
-  length[static_cast<size_t>(to)] = n;
-  length[static_cast<size_t>(from)] = 0;
+  length[t] = length[f];
+  shared[t] = shared[f];
+  shared_at[t] = shared_at[f];
+  reset_slot(from);
+}
+
+void kv_cache::reset_slot(int64_t slot, int64_t shared_tokens, int64_t at) {
+  auto s = static_cast<size_t>(slot);
+  length[s] = shared_tokens;
+  shared[s] = shared_tokens;
+  shared_at[s] = at;
+}
+
+void kv_cache::copy_pool_rows(int64_t from, int64_t to, int64_t count) {
+  for (size_t l = 0; l < pool_keys.size(); ++l) {
+    pool_keys[l].narrow(1, to, count).copy_(pool_keys[l].narrow(1, from, count));
+    pool_values[l].narrow(1, to, count).copy_(pool_values[l].narrow(1, from, count));
+  }
 }
 
 // -- parameters -----------------------------------------------------------------
@@ -361,10 +387,10 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
   auto device = flat_.device();
   auto long_opts = at::TensorOptions().dtype(at::kLong);
 
-  // Where each new token goes: its slot and position; which segments are single-token decodes.
-  std::vector<int64_t> slot_of, pos_of, decode_rows, decode_slots;
+  // Where each new token goes: a slot and position, or pool rows; which segments are single-token decodes.
+  std::vector<int64_t> slot_of, pos_of, decode_rows, decode_slots, decode_lengths, decode_shared, decode_shared_at;
   std::vector<size_t> prefill_segments;
-  std::vector<int64_t> segment_start;
+  std::vector<int64_t> segment_start, fill_start;
   int64_t row = 0, decode_range = 0, decode_len = 0;
   for (size_t i = 0; i < input.slots.size(); ++i) {
     auto slot = input.slots[i], count = input.counts[i], past = cache.length[static_cast<size_t>(slot)];
@@ -378,6 +404,9 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
     if (count == 1) {
       decode_rows.push_back(row);
       decode_slots.push_back(slot);
+      decode_lengths.push_back(past + 1);
+      decode_shared.push_back(cache.shared[static_cast<size_t>(slot)]);
+      decode_shared_at.push_back(cache.shared_at[static_cast<size_t>(slot)]);
       decode_range = std::max(decode_range, slot + 1);
       decode_len = std::max(decode_len, past + 1);
     } else {
@@ -385,34 +414,65 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
     }
     row += count;
   }
+  auto slot_tokens = row;
+  std::vector<int64_t> pool_pos;  // pool row of each fill token
+  for (auto& f : input.fills) {
+    if (f.at < 0 || f.past < 0 || f.count <= 0 || f.at + f.past + f.count > cache.pool_tokens() ||
+        f.past + f.count > config_.max_position_embeddings)
+      throw std::invalid_argument("a prompt-pool fill lies outside the pool");
+    fill_start.push_back(row);
+    for (int64_t t = 0; t < f.count; ++t) {
+      pos_of.push_back(f.past + t);
+      pool_pos.push_back(f.at + f.past + t);
+    }
+    row += f.count;
+  }
+  if (row != total)
+    throw std::invalid_argument("step_input: " + std::to_string(total) + " tokens for segments of " +
+                                std::to_string(row));
+  bool any_shared = std::any_of(decode_shared.begin(), decode_shared.end(), [](int64_t n) { return n > 0; });
+  // The fused CPU kernel (cpu_kernels.hpp) serves float32 caches on the CPU;
+  // the ATen path below it any other type or device.
+  bool fused = cache.keys.empty() || (cache.keys[0].scalar_type() == at::kFloat && cache.keys[0].device().is_cpu());
+
   auto tokens = at::tensor(input.tokens, long_opts).to(device);
   auto positions = at::tensor(pos_of, long_opts).to(device);
-  auto slot_index = at::tensor(slot_of, long_opts).to(device);  // slot of each new token
+  auto heads = at::arange(kv_heads, long_opts.device(device));
+  // Row of each (token, kv head) in a cache tensor viewed as [slots * kv_heads * max_len, head_dim],
+  // and of each fill token in a pool tensor viewed as [kv_heads * pool_tokens, head_dim].
+  at::Tensor cache_rows, pool_rows;
+  if (slot_tokens > 0) {
+    auto slot_index = at::tensor(slot_of, long_opts).to(device);
+    cache_rows = ((slot_index.unsqueeze(1) * kv_heads + heads.unsqueeze(0)) * cache.max_len() +
+                  positions.narrow(0, 0, slot_tokens).unsqueeze(1))
+                     .reshape({-1});
+  }
+  if (!pool_pos.empty())
+    pool_rows = (heads.unsqueeze(0) * cache.pool_tokens() + at::tensor(pool_pos, long_opts).to(device).unsqueeze(1))
+                    .reshape({-1});
   at::Tensor decode_row_index, decode_slot_index, decode_mask;
+  // Steady state: the step is decodes only and segment i is slot i; then the
+  // queries and outputs need no gathering.
+  bool all_decode_in_order = prefill_segments.empty() && input.fills.empty();
+  for (size_t i = 0; all_decode_in_order && i < decode_slots.size(); ++i)
+    all_decode_in_order = decode_slots[i] == static_cast<int64_t>(i);
+  bool batched_aten = !fused && !decode_rows.empty() && !any_shared;
   if (!decode_rows.empty()) {
     decode_row_index = at::tensor(decode_rows, long_opts).to(device);
     decode_slot_index = at::tensor(decode_slots, long_opts).to(device);
+  }
+  if (batched_aten) {
     // Keys beyond each decoding slot's length are masked; slots in the range that do
     // not decode this step attend to position 0 only (their rows are discarded).
     std::vector<int64_t> lens(static_cast<size_t>(decode_range), 1);
     for (size_t i = 0; i < decode_slots.size(); ++i)
-      lens[static_cast<size_t>(decode_slots[i])] = cache.length[static_cast<size_t>(decode_slots[i])] + 1;
+      lens[static_cast<size_t>(decode_slots[i])] = decode_lengths[i];
     auto len_t = at::tensor(lens, long_opts).to(device);
     decode_mask = at::arange(decode_len, long_opts.device(device)).unsqueeze(0).ge(len_t.unsqueeze(1));  // [range, L]
     decode_mask = decode_mask.view({decode_range, 1, 1, decode_len});
   }
 
   auto angles = rotary_for(positions);
-  // Row of each (token, kv head) in a cache tensor viewed as [slots * kv_heads * max_len, head_dim].
-  auto heads = at::arange(kv_heads, long_opts.device(device));
-  auto cache_rows =
-      ((slot_index.unsqueeze(1) * kv_heads + heads.unsqueeze(0)) * cache.max_len() + positions.unsqueeze(1))
-          .reshape({-1});
-  // Steady state: every segment is a decode and segment i is slot i; then the
-  // queries and outputs need no gathering.
-  bool all_decode_in_order = prefill_segments.empty();
-  for (size_t i = 0; all_decode_in_order && i < decode_slots.size(); ++i)
-    all_decode_in_order = decode_slots[i] == static_cast<int64_t>(i);
   auto x = embed_.index_select(0, tokens);
   for (size_t l = 0; l < layers_.size(); ++l) {
     auto& layer = layers_[l];
@@ -421,10 +481,62 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
     auto [q, k, v] = project_qkv(layer, rms_norm(x, layer.input_norm), angles);
     // Append to the cache: cache[slot, head, pos] = k[row, head], as rows of a flat view.
     // (In bfloat16 compute k and v arrive in the products' type; the cache keeps the model's.)
-    ck.view({-1, d}).index_copy_(0, cache_rows, k.reshape({-1, d}).to(ck.scalar_type()));
-    cv.view({-1, d}).index_copy_(0, cache_rows, v.reshape({-1, d}).to(cv.scalar_type()));
+    if (slot_tokens > 0) {
+      ck.view({-1, d}).index_copy_(0, cache_rows, k.narrow(0, 0, slot_tokens).reshape({-1, d}).to(ck.scalar_type()));
+      cv.view({-1, d}).index_copy_(0, cache_rows, v.narrow(0, 0, slot_tokens).reshape({-1, d}).to(cv.scalar_type()));
+    }
+    if (pool_rows.defined()) {
+      auto& pk = cache.pool_keys[l];
+      auto& pv = cache.pool_values[l];
+      auto fills = total - slot_tokens;
+      pk.view({-1, d}).index_copy_(
+          0, pool_rows, k.narrow(0, slot_tokens, fills).permute({1, 0, 2}).reshape({-1, d}).to(pk.scalar_type()));
+      pv.view({-1, d}).index_copy_(
+          0, pool_rows, v.narrow(0, slot_tokens, fills).permute({1, 0, 2}).reshape({-1, d}).to(pv.scalar_type()));
+    }
+    // A slot's context keys and values [kv_heads, upto, head_dim]: its pool prefix, then its own rows.
+    auto context = [&](int64_t slot, int64_t upto) {
+      auto n = cache.shared[static_cast<size_t>(slot)];
+      auto own_k = ck[slot].narrow(1, n, upto - n), own_v = cv[slot].narrow(1, n, upto - n);
+      if (n == 0)
+        return std::make_pair(own_k, own_v);
+      auto at = cache.shared_at[static_cast<size_t>(slot)];
+      return std::make_pair(at::cat({cache.pool_keys[l].narrow(1, at, n), own_k}, 1),
+                            at::cat({cache.pool_values[l].narrow(1, at, n), own_v}, 1));
+    };
     auto attn = at::empty({total, config_.num_attention_heads * d}, x.options());
-    if (!decode_rows.empty()) {
+    if (!decode_rows.empty() && fused) {
+      auto n = static_cast<int64_t>(decode_rows.size());
+      auto qd = (all_decode_in_order ? q.narrow(0, 0, n) : q.index_select(0, decode_row_index))
+                    .to(at::kFloat)
+                    .contiguous();
+      auto out = at::empty({n, config_.num_attention_heads * d}, qd.options());
+      cpu::decode_attention_args a;
+      a.q = qd.data_ptr<float>();
+      a.out = out.data_ptr<float>();
+      a.keys = ck.data_ptr<float>();
+      a.values = cv.data_ptr<float>();
+      if (any_shared) {
+        a.pool_keys = cache.pool_keys[l].data_ptr<float>();
+        a.pool_values = cache.pool_values[l].data_ptr<float>();
+      }
+      a.slot = decode_slots.data();
+      a.length = decode_lengths.data();
+      a.shared = decode_shared.data();
+      a.shared_at = decode_shared_at.data();
+      a.batch = n;
+      a.kv_heads = kv_heads;
+      a.group = group;
+      a.head_dim = d;
+      a.max_len = cache.max_len();
+      a.pool_len = cache.pool_tokens();
+      a.scale = static_cast<float>(scale);
+      cpu::decode_attention(a);
+      if (all_decode_in_order && n == total)
+        attn = out.to(x.scalar_type());
+      else
+        attn.index_copy_(0, decode_row_index, out.to(attn.scalar_type()));
+    } else if (batched_aten) {
       // All single-token decodes at once over slots [0, decode_range).
       at::Tensor qd;
       if (all_decode_in_order) {
@@ -444,14 +556,27 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
         attn = out;
       else
         attn.index_copy_(0, decode_row_index, out.index_select(0, decode_slot_index).to(attn.scalar_type()));
+    } else {
+      // Decodes with pool prefixes off the fused path: one at a time.
+      for (size_t i = 0; i < decode_rows.size(); ++i) {
+        auto [keys, vals] = context(decode_slots[i], decode_lengths[i]);
+        auto qs = q.narrow(0, decode_rows[i], 1).view({1, kv_heads, group, d});
+        attn.narrow(0, decode_rows[i], 1).copy_(attend(qs, keys, vals, decode_lengths[i] - 1, scale));
+      }
     }
     for (auto i : prefill_segments) {
       auto slot = input.slots[i], count = input.counts[i], start = segment_start[i];
       auto past = cache.length[static_cast<size_t>(slot)];
       auto qs = q.narrow(0, start, count).view({count, kv_heads, group, d});
-      auto keys = ck[slot].narrow(1, 0, past + count);
-      auto vals = cv[slot].narrow(1, 0, past + count);
+      auto [keys, vals] = context(slot, past + count);
       attn.narrow(0, start, count).copy_(attend(qs, keys, vals, past, scale));
+    }
+    for (size_t f = 0; f < input.fills.size(); ++f) {
+      auto& fill = input.fills[f];
+      auto qs = q.narrow(0, fill_start[f], fill.count).view({fill.count, kv_heads, group, d});
+      auto keys = cache.pool_keys[l].narrow(1, fill.at, fill.past + fill.count);
+      auto vals = cache.pool_values[l].narrow(1, fill.at, fill.past + fill.count);
+      attn.narrow(0, fill_start[f], fill.count).copy_(attend(qs, keys, vals, fill.past, scale));
     }
     x = x + at::linear(attn, layer.o_w);
     x = x + mlp(layer, rms_norm(x, layer.post_norm));

@@ -1,0 +1,286 @@
+#include "cpu_kernels.hpp"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace areal::kernels::cpu {
+
+namespace {
+
+// The loop bodies are always-inline functions without a target, instantiated
+// below in one function per instruction set: the compiler vectorizes each copy
+// for its set, and `pick` chooses the copy once, by what this CPU supports.
+#define AREAL_INLINE inline __attribute__((always_inline))
+#define AREAL_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")))
+#define AREAL_AVX2 __attribute__((target("avx2,fma")))
+
+enum class isa { baseline, avx2, avx512 };
+
+isa detect_isa() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq"))
+    return isa::avx512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    return isa::avx2;
+  return isa::baseline;
+}
+
+const isa cpu_isa = detect_isa();
+
+// exp(x) for x <= 0 (larger x are clamped at 88): e^x = 2^k * e^r with
+// k = round(x / ln 2), |r| <= ln(2) / 2, e^r by its Taylor polynomial of
+// degree 7; relative error below 1e-7 over [-87, 0]. Branch-free, so that
+// loops over it vectorize (libm's expf does not, without -ffast-math).
+AREAL_INLINE float exp_nonpositive(float x) {
+  x = std::max(x, -87.0f);
+  x = std::min(x, 88.0f);
+  // round-half-up of x / ln 2 through truncation of a positive number
+  float k = static_cast<float>(static_cast<int32_t>(x * 1.44269504088896341f + 128.5f) - 128);
+  float r = x - k * 0.693359375f + k * 2.12194440e-4f;  // ln 2 in two parts: exact product with k
+  float p = 1.0f / 5040;
+  p = p * r + 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  int32_t bits = (static_cast<int32_t>(k) + 127) << 23;
+  float two_k;
+  std::memcpy(&two_k, &bits, sizeof two_k);
+  return p * two_k;
+}
+
+AREAL_INLINE float dot(const float* a, const float* b, int64_t n) {
+  float s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i)
+    s += a[i] * b[i];
+  return s;
+}
+
+AREAL_INLINE void axpy(float* y, float w, const float* x, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i)
+    y[i] += w * x[i];
+}
+
+// scores[g * L + j] for the L positions of sequence b, head h (prefix rows from
+// the pool, then the sequence's own rows); then softmax; then the weighted
+// values into out.
+AREAL_INLINE void attend_body(const decode_attention_args& a, int64_t b, int64_t h, float* scores) {
+  auto d = a.head_dim, groups = a.group;
+  auto shared = a.shared[b], length = a.length[b];
+  auto task = b * a.kv_heads + h;
+  const float* q = a.q + task * groups * d;
+  float* out = a.out + task * groups * d;
+  const float* pool_k = shared > 0 ? a.pool_keys + (h * a.pool_len + a.shared_at[b]) * d : nullptr;
+  const float* pool_v = shared > 0 ? a.pool_values + (h * a.pool_len + a.shared_at[b]) * d : nullptr;
+  const float* own_k = a.keys + (a.slot[b] * a.kv_heads + h) * a.max_len * d;
+  const float* own_v = a.values + (a.slot[b] * a.kv_heads + h) * a.max_len * d;
+  auto key_row = [&](int64_t j) { return j < shared ? pool_k + j * d : own_k + j * d; };
+  auto value_row = [&](int64_t j) { return j < shared ? pool_v + j * d : own_v + j * d; };
+  for (int64_t j = 0; j < length; ++j) {
+    const float* k = key_row(j);
+    for (int64_t g = 0; g < groups; ++g)
+      scores[g * length + j] = dot(q + g * d, k, d) * a.scale;
+  }
+  for (int64_t g = 0; g < groups; ++g) {
+    float* s = scores + g * length;
+    float top = s[0];
+    for (int64_t j = 1; j < length; ++j)
+      top = std::max(top, s[j]);
+    float sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < length; ++j) {
+      s[j] = exp_nonpositive(s[j] - top);
+      sum += s[j];
+    }
+    float inv = 1.0f / sum;
+#pragma omp simd
+    for (int64_t j = 0; j < length; ++j)
+      s[j] *= inv;
+    std::fill(out + g * d, out + (g + 1) * d, 0.0f);
+  }
+  for (int64_t j = 0; j < length; ++j) {
+    const float* v = value_row(j);
+    for (int64_t g = 0; g < groups; ++g)
+      axpy(out + g * d, scores[g * length + j], v, d);
+  }
+}
+
+void attend_baseline(const decode_attention_args& a, int64_t b, int64_t h, float* s) { attend_body(a, b, h, s); }
+AREAL_AVX2 void attend_avx2(const decode_attention_args& a, int64_t b, int64_t h, float* s) { attend_body(a, b, h, s); }
+AREAL_AVX512 void attend_avx512(const decode_attention_args& a, int64_t b, int64_t h, float* s) {
+  attend_body(a, b, h, s);
+}
+
+// e[i] = exp(x[i] * inv_t - top); returns their sum.
+AREAL_INLINE float exp_sum_body(const float* x, float* e, int64_t n, float inv_t, float top) {
+  float sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t i = 0; i < n; ++i) {
+    e[i] = exp_nonpositive(x[i] * inv_t - top);
+    sum += e[i];
+  }
+  return sum;
+}
+
+float exp_sum_baseline(const float* x, float* e, int64_t n, float inv_t, float top) {
+  return exp_sum_body(x, e, n, inv_t, top);
+}
+AREAL_AVX2 float exp_sum_avx2(const float* x, float* e, int64_t n, float inv_t, float top) {
+  return exp_sum_body(x, e, n, inv_t, top);
+}
+AREAL_AVX512 float exp_sum_avx512(const float* x, float* e, int64_t n, float inv_t, float top) {
+  return exp_sum_body(x, e, n, inv_t, top);
+}
+
+float exp_sum(const float* x, float* e, int64_t n, float inv_t, float top) {
+  switch (cpu_isa) {
+    case isa::avx512:
+      return exp_sum_avx512(x, e, n, inv_t, top);
+    case isa::avx2:
+      return exp_sum_avx2(x, e, n, inv_t, top);
+    default:
+      return exp_sum_baseline(x, e, n, inv_t, top);
+  }
+}
+
+// The `count` largest of e[0, vocab), most probable first (ties: lower id
+// first), by selection on a copy of the values: O(vocab), no full sort.
+std::vector<int64_t> top_indices(const std::vector<float>& e, int64_t vocab, int64_t count) {
+  thread_local std::vector<float> values;
+  values.assign(e.begin(), e.begin() + vocab);
+  std::nth_element(values.begin(), values.begin() + (count - 1), values.end(), std::greater<>());
+  float threshold = values[static_cast<size_t>(count - 1)];
+  std::vector<int64_t> out;
+  out.reserve(static_cast<size_t>(count));
+  int64_t above = 0;
+  for (int64_t i = 0; i < vocab; ++i)
+    above += e[static_cast<size_t>(i)] > threshold;
+  int64_t ties_allowed = count - above;
+  for (int64_t i = 0; i < vocab; ++i) {
+    float v = e[static_cast<size_t>(i)];
+    if (v > threshold || (v == threshold && ties_allowed-- > 0))
+      out.push_back(i);
+  }
+  std::sort(out.begin(), out.end(), [&](int64_t x, int64_t y) {
+    auto ex = e[static_cast<size_t>(x)], ey = e[static_cast<size_t>(y)];
+    return ex != ey ? ex > ey : x < y;
+  });
+  return out;
+}
+
+}  // namespace
+
+void decode_attention(const decode_attention_args& a) {
+  auto tasks = a.batch * a.kv_heads;
+  at::parallel_for(0, tasks, 1, [&](int64_t begin, int64_t end) {
+    thread_local std::vector<float> scores;
+    for (int64_t t = begin; t < end; ++t) {
+      auto b = t / a.kv_heads, h = t % a.kv_heads;
+      auto need = static_cast<size_t>(a.group * a.length[b]);
+      if (scores.size() < need)
+        scores.resize(need);
+      switch (cpu_isa) {
+        case isa::avx512:
+          attend_avx512(a, b, h, scores.data());
+          break;
+        case isa::avx2:
+          attend_avx2(a, b, h, scores.data());
+          break;
+        default:
+          attend_baseline(a, b, h, scores.data());
+      }
+    }
+  });
+}
+
+row_sample sample_row(const float* logits, int64_t vocab, float temperature, bool greedy, int64_t top_k, float top_p,
+                      double uniform) {
+  float inv_t = temperature > 0 ? 1.0f / temperature : 1.0f;
+  int64_t best = 0;
+  float top = logits[0];
+  for (int64_t i = 0; i < vocab; ++i) {
+    float x = logits[i];
+    if (!std::isfinite(x))
+      throw std::runtime_error("sampling: logit " + std::to_string(i) + " is " + std::to_string(x) +
+                               "; the model produced NaN or infinite values (diverged weights?)");
+    if (x > top) {
+      top = x;
+      best = i;
+    }
+  }
+  thread_local std::vector<float> e;
+  if (e.size() < static_cast<size_t>(vocab))
+    e.resize(static_cast<size_t>(vocab));
+  float scaled_top = top * inv_t;
+  float total = exp_sum(logits, e.data(), vocab, inv_t, scaled_top);
+  float log_normalizer = scaled_top + std::log(total);
+  auto result = [&](int64_t token) { return row_sample{token, logits[token] * inv_t - log_normalizer}; };
+  if (greedy || temperature <= 0)
+    return result(best);
+
+  auto draw = [&](auto&& candidate, int64_t count, double mass) {
+    double target = uniform * mass, acc = 0;
+    int64_t last = candidate(0);
+    for (int64_t i = 0; i < count; ++i) {
+      auto id = candidate(i);
+      float w = e[static_cast<size_t>(id)];
+      if (w <= 0)
+        continue;
+      last = id;
+      acc += w;
+      if (acc > target)
+        return id;
+    }
+    return last;  // rounding left the target just above the summed mass
+  };
+  bool cut_k = top_k > 0 && top_k < vocab, cut_p = top_p < 1.0f;
+  if (!cut_k && !cut_p)
+    return result(draw([](int64_t i) { return i; }, vocab, total));
+
+  // Candidates most probable first: the top k, or (top-p alone) a growing top
+  // set until it holds the nucleus.
+  int64_t count = cut_k ? top_k : std::min<int64_t>(64, vocab);
+  for (;;) {
+    auto ids = top_indices(e, vocab, count);
+    double reference = cut_k ? 0.0 : static_cast<double>(total);  // top-p renormalizes within the top k
+    if (cut_k)
+      for (auto id : ids)
+        reference += e[static_cast<size_t>(id)];
+    int64_t keep = count;
+    bool complete = !cut_p;
+    if (cut_p) {
+      double before = 0;
+      for (int64_t i = 0; i < count; ++i) {
+        if (before / reference >= top_p) {
+          keep = i;
+          complete = true;
+          break;
+        }
+        before += e[static_cast<size_t>(ids[static_cast<size_t>(i)])];
+      }
+      if (count == vocab || cut_k)
+        complete = true;  // every candidate there is was considered
+    }
+    if (complete) {
+      double mass = 0;
+      for (int64_t i = 0; i < keep; ++i)
+        mass += e[static_cast<size_t>(ids[static_cast<size_t>(i)])];
+      return result(draw([&](int64_t i) { return ids[static_cast<size_t>(i)]; }, keep, mass));
+    }
+    count = std::min(vocab, count * 4);
+  }
+}
+
+}  // namespace areal::kernels::cpu

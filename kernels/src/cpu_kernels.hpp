@@ -1,0 +1,54 @@
+// Hand-written CPU loops for the two hot paths of a decode step where ATen's
+// small operations cost more than their arithmetic: attention of one new token
+// per sequence against its cache, and drawing a token from a vocabulary row.
+//
+// Scope: float32, contiguous buffers, CPU. The callers keep ATen paths for
+// everything else (other dtypes, other devices), and the tests compare the two.
+// The loops are compiled for AVX-512, AVX2 and a baseline, chosen at load time
+// by the CPU (GCC function multi-versioning), so the build stays portable.
+#pragma once
+
+#include <cstdint>
+
+namespace areal::kernels::cpu {
+
+/// Attention of one query token per sequence, grouped-query, no mask needed:
+/// sequence b reads `shared[b]` positions from the prompt pool (rows
+/// shared_at[b] .. of every kv head) and then its own rows
+/// [shared[b], length[b]) of cache slot slot[b]. Softmax over both ranges
+/// together (one pass of scores, then one of values).
+///   q, out: [batch, kv_heads, group, head_dim]
+///   keys, values: [slots, kv_heads, max_len, head_dim]
+///   pool_keys, pool_values: [kv_heads, pool_len, head_dim] (unused when every shared[b] is 0)
+struct decode_attention_args {
+  const float* q = nullptr;
+  float* out = nullptr;
+  const float* keys = nullptr;
+  const float* values = nullptr;
+  const float* pool_keys = nullptr;
+  const float* pool_values = nullptr;
+  const int64_t* slot = nullptr;
+  const int64_t* length = nullptr;
+  const int64_t* shared = nullptr;
+  const int64_t* shared_at = nullptr;
+  int64_t batch = 0, kv_heads = 0, group = 0, head_dim = 0, max_len = 0, pool_len = 0;
+  float scale = 1;
+};
+void decode_attention(const decode_attention_args& a);
+
+/// One vocabulary row: the tempered distribution softmax(logits / temperature)
+/// (temperature <= 0 means 1 for the log-probability and greedy for the pick),
+/// optionally truncated to the top_k most likely tokens and then to the
+/// smallest prefix whose mass reaches top_p (the token crossing it included),
+/// renormalized. `uniform` in [0, 1) picks the token by inverse CDF; the
+/// log-probability is under the full tempered distribution. No full sort: the
+/// candidates of a truncation are found by selection, growing until they hold
+/// the nucleus.
+struct row_sample {
+  int64_t token = 0;
+  float logprob = 0;
+};
+row_sample sample_row(const float* logits, int64_t vocab, float temperature, bool greedy, int64_t top_k, float top_p,
+                      double uniform);
+
+}  // namespace areal::kernels::cpu
