@@ -9,6 +9,9 @@
 //     (static: a batch runs until its longest member ends; only useful tokens count);
 //   - the cost of an interruption (re-prefill) per 1k tokens in flight, and the
 //     three interruption modes (reprefill, keep_cache, wait) on the same workload;
+//   - shared group prompts: n samples of each prompt (512 and 2,048 tokens, n = 8
+//     and 16) with the prompt pool on and off: prompt tokens computed and
+//     tokens/s end to end (prefill included);
 //   - resident memory before and after many decode steps.
 // Usage: bench_generation [--quick] [--json FILE] [--threads N]
 #include <unistd.h>
@@ -108,6 +111,32 @@ workload_result run_continuous(policy_model& model, const std::vector<uint32_t>&
   }
   auto s = seconds_since(start);
   return {static_cast<double>(useful) / s, s};
+}
+
+struct group_result {
+  uint64_t prefill_tokens;  // prompt tokens computed (pool fills included)
+  double tokens_per_s;      // generated tokens over the whole run, prefill included
+};
+
+// `groups` prompts of `prompt_len` tokens, `n` samples each, all in flight at once.
+group_result run_groups(policy_model& model, int64_t prompt_len, int64_t n, int groups, uint32_t new_tokens,
+                        bool share) {
+  engine_config config{n * groups, prompt_len + new_tokens + 1, 512};
+  config.prompt_pool_tokens = share ? groups * prompt_len : 0;
+  generation_engine engine(model, config);
+  for (int g = 0; g < groups; ++g)
+    for (int64_t i = 0; i < n; ++i) {
+      auto job = make_job(static_cast<uint64_t>(g) * 1000 + static_cast<uint64_t>(i), prompt_len, new_tokens);
+      for (int64_t t = 0; t < prompt_len; ++t)  // the group's own prompt, the same for its n samples
+        job.prompt[static_cast<size_t>(t)] = static_cast<int32_t>((g * 31 + t * 7 + t * t) % vocab);
+      engine.submit(job);
+    }
+  auto start = clock_type::now();
+  uint64_t generated = 0;
+  while (!engine.idle())
+    for (auto& out : engine.step())
+      generated += out.tokens.size();
+  return {engine.counters().prefill_tokens, static_cast<double>(generated) / seconds_since(start)};
 }
 
 workload_result run_static(policy_model& model, const std::vector<uint32_t>& lengths, int64_t slots) {
@@ -232,6 +261,33 @@ int main(int argc, char** argv) {
   out["interrupt_vs_wait"] = reprefill.useful_tokens_per_s / waiting.useful_tokens_per_s;
   out["keep_cache_vs_wait"] = keep_cache.useful_tokens_per_s / waiting.useful_tokens_per_s;
   out["keep_cache_vs_reprefill"] = keep_cache.useful_tokens_per_s / reprefill.useful_tokens_per_s;
+
+  // Shared group prompts: the pool against every sample prefilling its own prompt.
+  {
+    auto long_config = preset("tiny", vocab);
+    long_config.max_position_embeddings = 4096;
+    policy_model long_model(long_config);
+    long_model.init_random(3);
+    uint32_t new_tokens = quick ? 16 : 64;
+    std::cout << "shared group prompts (tiny, 2 groups in flight, " << new_tokens
+              << " new tokens per sample, prefill chunk 512):\n";
+    for (int64_t prompt_len : {512, 2048})
+      for (int64_t n : {8, 16}) {
+        auto own = run_groups(long_model, prompt_len, n, 2, new_tokens, false);
+        auto shared = run_groups(long_model, prompt_len, n, 2, new_tokens, true);
+        double fewer = static_cast<double>(own.prefill_tokens) / static_cast<double>(shared.prefill_tokens);
+        std::cout << "  prompt " << prompt_len << ", n = " << n << ": prompt tokens computed " << own.prefill_tokens
+                  << " -> " << shared.prefill_tokens << " (" << fewer << "x fewer); " << own.tokens_per_s << " -> "
+                  << shared.tokens_per_s << " tokens/s (" << shared.tokens_per_s / own.tokens_per_s << "x)\n";
+        auto key = "shared_prompts_" + std::to_string(prompt_len) + "_n" + std::to_string(n);
+        out[key] = {{"prefill_tokens_own", own.prefill_tokens},
+                    {"prefill_tokens_shared", shared.prefill_tokens},
+                    {"prefill_reduction", fewer},
+                    {"tokens_per_s_own", own.tokens_per_s},
+                    {"tokens_per_s_shared", shared.tokens_per_s},
+                    {"speedup", shared.tokens_per_s / own.tokens_per_s}};
+      }
+  }
 
   // Resident memory over many decode steps with sequences constantly replaced.
   {

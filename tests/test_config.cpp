@@ -293,7 +293,8 @@ TEST_CASE("every key fills its member, and the defaults are the configuration's 
                    {"rl.top_k=5", "rl.top_p=0.9", "rl.dual_clip=3.0", "rl.behaviour_mode=clamp", "rl.kl_coef=0.1",
                     "rl.kl_estimator=k1", "rl.reward_bias=-0.5", "rl.reward_scale=2.0", "rl.reward_clip=1.0",
                     "rl.overlong_buffer=16", "rl.overlong_factor=0.5", "rl.mode=sync", "cluster.weight_chunk_kb=128",
-                    "cluster.security=plain", "task.train_path=-", "run.job=probe", "rl.interruption=keep_cache"});
+                    "cluster.security=plain", "task.train_path=-", "run.job=probe", "rl.interruption=keep_cache",
+                    "rl.prompt_pool_tokens=1000"});
   REQUIRE_MESSAGE(s.config, (s.errors.empty() ? "" : s.errors.front()));
   auto& rl = s.config->rl;
   CHECK(rl.top_k == 5);
@@ -309,6 +310,8 @@ TEST_CASE("every key fills its member, and the defaults are the configuration's 
   CHECK(rl.overlong_factor == 0.5);
   CHECK(rl.synchronous);
   CHECK(rl.interruption == "keep_cache");
+  CHECK(rl.prompt_pool_tokens == 1000);
+  CHECK(contains(only_error(two_nodes, {"rl.prompt_pool_tokens=-1"}), "rl.prompt_pool_tokens"));
   CHECK(contains(only_error(two_nodes, {"rl.interruption=drop"}), "rl.interruption"));
   CHECK(s.config->cluster.weight_chunk_bytes == 128u * 1024);
   CHECK(!s.config->cluster.tls);

@@ -193,7 +193,7 @@ TEST_CASE("a full reward pool delays samples, and each reaches the sample store 
     caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
 }
 
-TEST_CASE("rl.interruption reaches the rollout workers' engines") {
+TEST_CASE("rl.interruption and rl.prompt_pool_tokens reach the rollout workers' engines") {
   job::model_parts m;
   m.config.max_position_embeddings = 512;
   run_config c;
@@ -206,4 +206,9 @@ TEST_CASE("rl.interruption reaches the rollout workers' engines") {
   c.rl.rollout_slots = 7;
   CHECK(job::rollout_engine(c, m).slots == 7);
   CHECK(job::rollout_engine(c, m).max_seq_len == 512);
+  CHECK(job::rollout_engine(c, m).prompt_pool_tokens == run_config{}.rl.prompt_pool_tokens);
+  c.rl.prompt_pool_tokens = 0;
+  CHECK(job::rollout_engine(c, m).prompt_pool_tokens == 0);
+  c.rl.prompt_pool_tokens = 333;
+  CHECK(job::rollout_engine(c, m).prompt_pool_tokens == 333);
 }

@@ -153,7 +153,9 @@ int64_t max_sequence(const model_parts& m) {
 }
 
 kernels::engine_config rollout_engine(const run_config& c, const model_parts& m) {
-  return {c.rl.rollout_slots, max_sequence(m), 512, kernels::parse_interruption(c.rl.interruption)};
+  kernels::engine_config e{c.rl.rollout_slots, max_sequence(m), 512, kernels::parse_interruption(c.rl.interruption)};
+  e.prompt_pool_tokens = c.rl.prompt_pool_tokens;
+  return e;
 }
 
 std::vector<rollout_actor> spawn_rollout_workers(caf::actor_system& sys, const run_config& c, const model_parts& m,

@@ -45,10 +45,12 @@ generation_engine::generation_engine(policy_model& model, engine_config config, 
     : model_(model),
       config_(config),
       cache_(model.config(), config.slots, std::min(config.max_seq_len, model.config().max_position_embeddings),
-             model.options()),
+             model.options(), std::max<int64_t>(config.prompt_pool_tokens, 0)),
       version_(version) {
   if (config_.slots <= 0 || config_.prefill_chunk <= 0 || config_.max_seq_len <= 1)
     throw std::invalid_argument("engine: slots, prefill_chunk and max_seq_len must be positive");
+  if (config_.prompt_pool_tokens < 0 || config_.min_shared_prompt < 1)
+    throw std::invalid_argument("engine: prompt_pool_tokens must be 0 or more and min_shared_prompt at least 1");
   active_.reserve(static_cast<size_t>(config_.slots));
 }
 
@@ -98,14 +100,18 @@ void generation_engine::apply_pending_update() {
   }
   version_ = pending_update_->first;
   pending_update_.reset();
+  weight_generation_++;  // no new sequence attaches to a prefix the old weights computed
+  for (auto it = prefixes_.begin(); it != prefixes_.end();)
+    it = it->second.users == 0 ? prefixes_.erase(it) : std::next(it);
   if (!active_.empty())
     counters_.interruptions++;
   if (config_.interruption == interruption_mode::keep_cache)
-    return;  // the caches stay as the old weights computed them
+    return;  // the caches (and the prefixes in use) stay as the old weights computed them
   for (size_t slot = 0; slot < active_.size(); ++slot) {
-    active_[slot].fed = 0;  // caches dropped: recomputed with the new weights
+    release_prefix(active_[slot]);
+    active_[slot].fed = 0;  // caches dropped: recomputed with the new weights (sharing again)
     active_[slot].reprefill = true;
-    cache_.length[slot] = 0;
+    cache_.reset_slot(static_cast<int64_t>(slot));
   }
 }
 
@@ -118,7 +124,7 @@ void generation_engine::admit() {
     s.out.id = s.job.id;
     s.out.prompt = s.job.prompt;
     s.generator = at::make_generator<at::CPUGeneratorImpl>(s.job.seed);
-    cache_.length[active_.size()] = 0;
+    cache_.reset_slot(static_cast<int64_t>(active_.size()));
     active_.push_back(std::move(s));
   }
 }
@@ -130,13 +136,32 @@ std::vector<generation_output> generation_engine::step() {
   if (active_.empty())
     return finished;
 
-  // One token per decoding sequence; prompt chunks for the others, oldest first.
+  // Sequences that start now read their prompt from the pool where it is shared.
+  for (size_t slot = 0; slot < active_.size(); ++slot)
+    if (active_[slot].fed == 0 && active_[slot].prefix == 0)
+      attach_prefix(slot);
+  // Pool entries still to compute come first (their users wait for them), then
+  // one token per decoding sequence and prompt chunks for the others, oldest first.
   step_input input;
+  std::vector<int64_t> fill_tokens;
+  int64_t budget = config_.prefill_chunk;
+  for (auto& [id, p] : prefixes_) {
+    if (p.ready() || p.users == 0 || budget == 0)
+      continue;
+    auto count = std::min(p.size() - p.filled, budget);
+    input.fills.push_back({p.at, p.filled, count});
+    fill_tokens.insert(fill_tokens.end(), p.tokens.begin() + p.filled, p.tokens.begin() + p.filled + count);
+    (p.for_reprefill ? counters_.reprefill_tokens : counters_.prefill_tokens) += static_cast<uint64_t>(count);
+    p.filled += count;
+    budget -= count;
+  }
   std::vector<size_t> ready;        // sequences that consume their last pending token now
   std::vector<int64_t> ready_rows;  // row of that token in the step
-  int64_t budget = config_.prefill_chunk, row = 0;
+  int64_t row = 0;
   for (size_t slot = 0; slot < active_.size(); ++slot) {
     auto& s = active_[slot];
+    if (s.prefix != 0 && !prefixes_.at(s.prefix).ready())
+      continue;  // its prompt is still being computed in the pool
     auto pending = s.total() - s.fed;
     auto count = pending == 1 ? int64_t{1} : std::min(pending, budget);
     if (count <= 0)
@@ -156,6 +181,9 @@ std::vector<generation_output> generation_engine::step() {
       ready_rows.push_back(row - 1);
     }
   }
+  input.tokens.insert(input.tokens.end(), fill_tokens.begin(), fill_tokens.end());
+  if (input.tokens.empty())
+    return finished;
   auto start = std::chrono::steady_clock::now();
   auto hidden = model_.forward_cached(cache_, input);
   counters_.steps++;
@@ -195,6 +223,7 @@ std::vector<generation_output> generation_engine::step() {
   for (size_t slot = active_.size(); slot-- > 0;) {
     if (active_[slot].out.finish == finish_reason::unfinished)
       continue;
+    release_prefix(active_[slot]);
     finished.push_back(std::move(active_[slot].out));
     remove_slot(slot);
   }
@@ -207,8 +236,115 @@ void generation_engine::remove_slot(size_t slot) {
     cache_.move_slot(static_cast<int64_t>(last), static_cast<int64_t>(slot));
     active_[slot] = std::move(active_[last]);
   }
-  cache_.length[last] = 0;
+  cache_.reset_slot(static_cast<int64_t>(last));
   active_.pop_back();
+}
+
+bool generation_engine::has_sibling(size_t slot) const {
+  // Another sequence about to start with the same prompt: a group member
+  // admitted with it, or one near the front of the queue.
+  auto& prompt = active_[slot].job.prompt;
+  auto same = [&](const std::vector<int32_t>& other) { return other == prompt; };
+  for (size_t i = 0; i < active_.size(); ++i)
+    if (i != slot && active_[i].fed == 0 && active_[i].prefix == 0 && same(active_[i].job.prompt))
+      return true;
+  auto look = std::min(queue_.size(), static_cast<size_t>(config_.slots));
+  for (size_t i = 0; i < look; ++i)
+    if (same(queue_[i].prompt))
+      return true;
+  return false;
+}
+
+int64_t generation_engine::allocate_pool(int64_t rows) {
+  for (;;) {
+    // First fit between the entries, ordered by their rows.
+    std::vector<std::pair<int64_t, int64_t>> used;
+    for (auto& [id, p] : prefixes_)
+      used.emplace_back(p.at, p.at + p.size());
+    std::sort(used.begin(), used.end());
+    int64_t free_from = 0;
+    for (auto& [begin, end] : used) {
+      if (begin - free_from >= rows)
+        return free_from;
+      free_from = std::max(free_from, end);
+    }
+    if (cache_.pool_tokens() - free_from >= rows)
+      return free_from;
+    // No room: evict the least recently used entry nobody reads.
+    auto victim = prefixes_.end();
+    for (auto it = prefixes_.begin(); it != prefixes_.end(); ++it)
+      if (it->second.users == 0 && (victim == prefixes_.end() || it->second.last_used < victim->second.last_used))
+        victim = it;
+    if (victim == prefixes_.end())
+      return -1;
+    prefixes_.erase(victim);
+  }
+}
+
+void generation_engine::attach_prefix(size_t slot) {
+  auto& s = active_[slot];
+  auto shared = static_cast<int64_t>(s.job.prompt.size()) - 1;  // the last prompt token is each sequence's own
+  if (config_.prompt_pool_tokens <= 0 || shared < config_.min_shared_prompt || shared > cache_.pool_tokens())
+    return;
+  auto begins_prompt = [&](const prompt_prefix& p) {
+    return p.weights == weight_generation_ && p.size() <= shared &&
+           std::equal(p.tokens.begin(), p.tokens.end(), s.job.prompt.begin());
+  };
+  uint64_t chosen = 0, longest = 0;
+  int64_t longest_size = 0;
+  for (auto& [id, p] : prefixes_) {
+    if (!begins_prompt(p))
+      continue;
+    if (p.size() == shared)
+      chosen = id;
+    else if (p.ready() && p.size() > longest_size) {
+      longest = id;
+      longest_size = p.size();
+    }
+  }
+  if (chosen == 0) {
+    // A new entry pays when another sequence will read it too, or when most of
+    // it can be copied from an entry this prompt extends.
+    if (!has_sibling(slot) && longest_size < config_.min_shared_prompt)
+      return;
+    auto at = allocate_pool(shared);
+    if (at < 0)
+      return;  // the pool is full of prompts in use: this sequence prefills its own
+    prompt_prefix p;
+    p.tokens.assign(s.job.prompt.begin(), s.job.prompt.begin() + shared);
+    p.at = at;
+    p.weights = weight_generation_;
+    p.for_reprefill = s.reprefill;
+    if (longest != 0) {  // allocate_pool evicts only unused entries; `longest` may be one of them
+      auto source = prefixes_.find(longest);
+      if (source != prefixes_.end()) {
+        cache_.copy_pool_rows(source->second.at, at, longest_size);
+        p.filled = longest_size;
+        counters_.pool_copied_tokens += static_cast<uint64_t>(longest_size);
+      }
+    }
+    chosen = next_prefix_id_++;
+    prefixes_.emplace(chosen, std::move(p));
+  }
+  auto& p = prefixes_.at(chosen);
+  p.users++;
+  p.last_used = counters_.steps;
+  s.prefix = chosen;
+  s.fed = shared;
+  cache_.reset_slot(static_cast<int64_t>(slot), shared, p.at);
+  counters_.shared_prompt_tokens += static_cast<uint64_t>(shared);
+}
+
+void generation_engine::release_prefix(sequence& s) {
+  if (s.prefix == 0)
+    return;
+  auto it = prefixes_.find(s.prefix);
+  s.prefix = 0;
+  if (it == prefixes_.end())
+    return;
+  it->second.users--;
+  if (it->second.users == 0 && it->second.weights != weight_generation_)
+    prefixes_.erase(it);  // computed by old weights: nobody can attach again
 }
 
 std::vector<generation_output> generation_engine::run_to_completion() {
@@ -240,6 +376,7 @@ std::optional<generation_output> generation_engine::cancel(uint64_t id) {
   for (size_t slot = 0; slot < active_.size(); ++slot) {
     if (active_[slot].job.id != id)
       continue;
+    release_prefix(active_[slot]);
     auto out = std::move(active_[slot].out);
     out.finish = finish_reason::aborted;
     remove_slot(slot);
@@ -262,7 +399,9 @@ std::vector<generation_output> generation_engine::abort_all() {
     out.push_back(std::move(s.out));
   }
   active_.clear();
-  std::fill(cache_.length.begin(), cache_.length.end(), 0);
+  prefixes_.clear();
+  for (int64_t slot = 0; slot < cache_.slots(); ++slot)
+    cache_.reset_slot(slot);
   for (auto& job : queue_) {
     generation_output o;
     o.id = job.id;

@@ -490,9 +490,9 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
       auto& pv = cache.pool_values[l];
       auto fills = total - slot_tokens;
       pk.view({-1, d}).index_copy_(
-          0, pool_rows, k.narrow(0, slot_tokens, fills).permute({1, 0, 2}).reshape({-1, d}).to(pk.scalar_type()));
+          0, pool_rows, k.narrow(0, slot_tokens, fills).reshape({-1, d}).to(pk.scalar_type()));
       pv.view({-1, d}).index_copy_(
-          0, pool_rows, v.narrow(0, slot_tokens, fills).permute({1, 0, 2}).reshape({-1, d}).to(pv.scalar_type()));
+          0, pool_rows, v.narrow(0, slot_tokens, fills).reshape({-1, d}).to(pv.scalar_type()));
     }
     // A slot's context keys and values [kv_heads, upto, head_dim]: its pool prefix, then its own rows.
     auto context = [&](int64_t slot, int64_t upto) {

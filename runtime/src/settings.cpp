@@ -350,6 +350,9 @@ std::vector<section> make_table() {
                 "behaviour log-probabilities of a mixed policy), wait (start nothing new until they finish with the "
                 "old weights)",
                 {"reprefill", "keep_cache", "wait"}),
+           in("prompt_pool_tokens", &c::rl, &rl_spec::prompt_pool_tokens, 0, 1e7,
+              "KV-cache rows per engine for prompts that sequences share: the samples of a group prefill their "
+              "prompt once and read it from there (0: every sequence prefills its own)"),
            in("checkpoint_every", &c::rl, &rl_spec::checkpoint_every, 0, 1e7,
               "steps between run checkpoints (0: only at the end and on SIGINT)"),
            in("record_trajectories", &c::rl, &rl_spec::record_trajectories, -inf, inf,

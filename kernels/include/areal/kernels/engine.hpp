@@ -22,10 +22,22 @@
 //   wait (the ablation): no new sequences start until the in-flight ones finish
 //     with the old weights; then the swap.
 // In the first two, tokens sampled after the swap carry the new version.
+//
+// Shared prompts (prompt_pool_tokens > 0): the n samples of a group have the
+// same prompt. The first of them to start creates a pool entry for the prompt
+// (all but its last token), prefilled once into the cache's prompt pool; every
+// member reads those keys and values from there and keeps only its own tokens
+// (from the prompt's last one on) in its slot: no copy, ever, of the shared
+// part. A prompt that extends an entry already in the pool (the next turn of a
+// conversation) gets a new entry whose first rows are copied from the old one
+// and only the rest computed. Entries outlive their users until the pool needs
+// the room (least recently used first) or the weights change; after a
+// re-prefill the members share the recomputation too.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -47,6 +59,8 @@ struct engine_config {
   int64_t max_seq_len = 1024;   // prompt + generated tokens of one sequence
   int64_t prefill_chunk = 256;  // prompt tokens prefilled per step, over all sequences
   interruption_mode interruption = interruption_mode::reprefill;
+  int64_t prompt_pool_tokens = 0;  // KV rows for shared prompts (0: every sequence prefills its own)
+  int64_t min_shared_prompt = 16;  // shorter common prompts are prefilled by each sequence
 };
 
 struct generation_job {
@@ -78,6 +92,8 @@ struct engine_counters {
   uint64_t decode_tokens = 0;     // tokens sampled
   uint64_t prefill_tokens = 0;    // prompt tokens processed the first time
   uint64_t reprefill_tokens = 0;  // tokens processed again after an interruption
+  uint64_t shared_prompt_tokens = 0;  // prompt tokens sequences read from the pool instead of prefilling
+  uint64_t pool_copied_tokens = 0;    // pool rows copied from an entry a prompt extends (not recomputed)
   uint64_t interruptions = 0;
   double forward_seconds = 0;
   double weight_apply_seconds = 0;  // copying new weights into the model
@@ -120,14 +136,34 @@ class generation_engine {
   struct sequence {
     generation_job job;
     generation_output out;
-    int64_t fed = 0;  // tokens of prompt + output already in the cache
+    int64_t fed = 0;  // tokens of prompt + output already in the cache (a shared prefix included)
     bool reprefill = false;
+    uint64_t prefix = 0;  // the pool entry it reads its prompt from (0: none)
     at::Generator generator;
     int64_t total() const { return static_cast<int64_t>(job.prompt.size() + out.tokens.size()); }
     int32_t token_at(int64_t i) const;
   };
+  // A prompt shared through the cache's pool: tokens [0, tokens.size()) of
+  // every user's context live in pool rows [at, at + tokens.size()).
+  struct prompt_prefix {
+    std::vector<int32_t> tokens;
+    int64_t at = 0;
+    int64_t filled = 0;         // rows computed so far
+    uint64_t weights = 0;       // weight generation that computed them
+    int64_t users = 0;          // sequences reading it
+    uint64_t last_used = 0;     // step of the last attach: eviction order
+    bool for_reprefill = false; // computed again after an interruption
+    int64_t size() const { return static_cast<int64_t>(tokens.size()); }
+    bool ready() const { return filled == size(); }
+  };
   void apply_pending_update();
   void admit();
+  /// Points a sequence that starts (or restarts) at a pool entry for its prompt, when sharing pays.
+  void attach_prefix(size_t slot);
+  void release_prefix(sequence& s);
+  /// First pool row of a free range of `rows`, evicting unused entries; -1 when none.
+  int64_t allocate_pool(int64_t rows);
+  bool has_sibling(size_t slot) const;
   /// Frees `slot`: the last active sequence (and its cache rows) moves into it.
   void remove_slot(size_t slot);
 
@@ -138,6 +174,9 @@ class generation_engine {
   std::deque<generation_job> queue_;
   int64_t version_;
   std::optional<std::pair<int64_t, at::Tensor>> pending_update_;
+  std::map<uint64_t, prompt_prefix> prefixes_;  // by id, in creation order
+  uint64_t next_prefix_id_ = 1;
+  uint64_t weight_generation_ = 0;  // bumped by every applied update
   engine_counters counters_;
 };
 

@@ -143,6 +143,7 @@ struct rl_spec {
   int64_t rollout_workers = 1;
   int64_t rollout_slots = 64;
   std::string interruption = "reprefill";  // new weights under in-flight sequences: reprefill, keep_cache, wait
+  int64_t prompt_pool_tokens = 4096;       // KV rows per engine for prompts a group shares (0: no sharing)
   int64_t max_concurrent = 128;
   int64_t checkpoint_every = 20;
   bool record_trajectories = false;  // every trained trajectory to trajectories.jsonl in the run directory
