@@ -114,6 +114,30 @@ TEST_CASE("a group reads its prompt from the pool, prefilled once, and gets what
   CHECK(without.shared_prompt_tokens == 0);
 }
 
+TEST_CASE("members that arrive after the first one started make the entry from its rows, without computing") {
+  policy_model model(shared_prompt_model());
+  model.init_random(27, 0.2);
+  auto jobs = workload(40, 5);
+  // One request per step, as a rollout worker receives them between its steps.
+  generation_engine engine(model, sharing(8, 256, 128));
+  std::map<uint64_t, generation_output> shared;
+  size_t next = 0;
+  for (int step = 0; !engine.idle() || next < jobs.size(); ++step) {
+    REQUIRE(step < 1000);
+    if (next < jobs.size())
+      engine.submit(jobs[next++]);
+    for (auto& o : engine.step())
+      shared[o.id] = std::move(o);
+  }
+  auto alone = run(model, {8, 200, 256}, jobs);
+  check_same(shared, alone);
+  // The first member prefills its 40 tokens alone; the second copies 39 of them
+  // into the pool; all later members read them there.
+  CHECK(engine.counters().prefill_tokens == 40 + 9 + 20);
+  CHECK(engine.counters().pool_copied_tokens == 39);
+  CHECK(engine.counters().shared_prompt_tokens == 4 * 39);
+}
+
 TEST_CASE("after an interruption the group re-prefills its prompt once, with the new weights") {
   policy_model model(shared_prompt_model()), copy(shared_prompt_model());
   model.init_random(22, 0.2);

@@ -57,6 +57,16 @@ struct rollout_state {
   static inline const char* name = "areal.rollout";
   rollout_setup setup;
   std::unique_ptr<kernels::generation_engine> engine;
+  // What the engine did, once, when the worker ends.
+  ~rollout_state() {
+    if (!engine || engine->counters().steps == 0)
+      return;
+    auto& c = engine->counters();
+    spdlog::info("rollout {}: {} steps, {} tokens sampled; prompt tokens computed {} (prefill) + {} (re-prefill after "
+                 "{} interruptions); {} prompt tokens read from the shared prompt pool, {} copied into it",
+                 setup.name, c.steps, c.decode_tokens, c.prefill_tokens, c.reprefill_tokens, c.interruptions,
+                 c.shared_prompt_tokens, c.pool_copied_tokens);
+  }
   std::map<uint64_t, pending> in_flight;  // by engine job id
   uint64_t next_job = 0;
   bool stepping = false;

@@ -138,8 +138,10 @@ std::vector<generation_output> generation_engine::step() {
 
   // Sequences that start now read their prompt from the pool where it is shared.
   for (size_t slot = 0; slot < active_.size(); ++slot)
-    if (active_[slot].fed == 0 && active_[slot].prefix == 0)
+    if (active_[slot].fed == 0 && active_[slot].prefix == 0) {
+      active_[slot].cache_weights = weight_generation_;
       attach_prefix(slot);
+    }
   // Pool entries still to compute come first (their users wait for them), then
   // one token per decoding sequence and prompt chunks for the others, oldest first.
   step_input input;
@@ -302,10 +304,20 @@ void generation_engine::attach_prefix(size_t slot) {
       longest_size = p.size();
     }
   }
+  // A member of the group already running with the prompt in its own slot
+  // (it started alone: its siblings arrived later) can give its rows.
+  std::optional<size_t> donor;
+  for (size_t i = 0; chosen == 0 && !donor && i < active_.size(); ++i) {
+    auto& o = active_[i];
+    if (i != slot && o.prefix == 0 && o.fed >= shared && o.cache_weights == weight_generation_ &&
+        static_cast<int64_t>(o.job.prompt.size()) > shared &&
+        std::equal(o.job.prompt.begin(), o.job.prompt.begin() + shared, s.job.prompt.begin()))
+      donor = i;
+  }
   if (chosen == 0) {
     // A new entry pays when another sequence will read it too, or when most of
-    // it can be copied from an entry this prompt extends.
-    if (!has_sibling(slot) && longest_size < config_.min_shared_prompt)
+    // it can be copied from an entry this prompt extends or a running sibling.
+    if (!donor && !has_sibling(slot) && longest_size < config_.min_shared_prompt)
       return;
     auto at = allocate_pool(shared);
     if (at < 0)
@@ -315,7 +327,11 @@ void generation_engine::attach_prefix(size_t slot) {
     p.at = at;
     p.weights = weight_generation_;
     p.for_reprefill = s.reprefill;
-    if (longest != 0) {  // allocate_pool evicts only unused entries; `longest` may be one of them
+    if (donor) {
+      cache_.copy_slot_to_pool(static_cast<int64_t>(*donor), at, shared);
+      p.filled = shared;
+      counters_.pool_copied_tokens += static_cast<uint64_t>(shared);
+    } else if (longest != 0) {  // allocate_pool evicts only unused entries; `longest` may be one of them
       auto source = prefixes_.find(longest);
       if (source != prefixes_.end()) {
         cache_.copy_pool_rows(source->second.at, at, longest_size);

@@ -118,6 +118,13 @@ void kv_cache::copy_pool_rows(int64_t from, int64_t to, int64_t count) {
   }
 }
 
+void kv_cache::copy_slot_to_pool(int64_t slot, int64_t to, int64_t count) {
+  for (size_t l = 0; l < pool_keys.size(); ++l) {
+    pool_keys[l].narrow(1, to, count).copy_(keys[l][slot].narrow(1, 0, count));
+    pool_values[l].narrow(1, to, count).copy_(values[l][slot].narrow(1, 0, count));
+  }
+}
+
 // -- parameters -----------------------------------------------------------------
 
 policy_model::policy_model(model_config config, at::TensorOptions options) : config_(std::move(config)) {

@@ -27,8 +27,9 @@
 // same prompt. The first of them to start creates a pool entry for the prompt
 // (all but its last token), prefilled once into the cache's prompt pool; every
 // member reads those keys and values from there and keeps only its own tokens
-// (from the prompt's last one on) in its slot: no copy, ever, of the shared
-// part. A prompt that extends an entry already in the pool (the next turn of a
+// (from the prompt's last one on) in its slot: no copy of the shared part per
+// member. A member that arrives after the first one already prefilled the
+// prompt in its own slot makes the entry from those rows (one copy, no compute). A prompt that extends an entry already in the pool (the next turn of a
 // conversation) gets a new entry whose first rows are copied from the old one
 // and only the rest computed. Entries outlive their users until the pool needs
 // the room (least recently used first) or the weights change; after a
@@ -60,7 +61,7 @@ struct engine_config {
   int64_t prefill_chunk = 256;  // prompt tokens prefilled per step, over all sequences
   interruption_mode interruption = interruption_mode::reprefill;
   int64_t prompt_pool_tokens = 0;  // KV rows for shared prompts (0: every sequence prefills its own)
-  int64_t min_shared_prompt = 16;  // shorter common prompts are prefilled by each sequence
+  int64_t min_shared_prompt = 4;  // shorter common prompts are prefilled by each sequence
 };
 
 struct generation_job {
@@ -139,6 +140,7 @@ class generation_engine {
     int64_t fed = 0;  // tokens of prompt + output already in the cache (a shared prefix included)
     bool reprefill = false;
     uint64_t prefix = 0;  // the pool entry it reads its prompt from (0: none)
+    uint64_t cache_weights = 0;  // weight generation its cached rows were computed with
     at::Generator generator;
     int64_t total() const { return static_cast<int64_t>(job.prompt.size() + out.tokens.size()); }
     int32_t token_at(int64_t i) const;

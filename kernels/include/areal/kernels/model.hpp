@@ -54,6 +54,8 @@ struct kv_cache {
   void reset_slot(int64_t slot, int64_t shared = 0, int64_t at = 0);
   /// Copies `count` pool rows (every layer) from row `from` to row `to` (ranges must not overlap).
   void copy_pool_rows(int64_t from, int64_t to, int64_t count);
+  /// Copies the first `count` rows of a slot that holds them itself into pool rows from `to`.
+  void copy_slot_to_pool(int64_t slot, int64_t to, int64_t count);
 };
 
 /// New tokens of one generation step: segment i appends counts[i] tokens to
