@@ -7,6 +7,7 @@
 #include <map>
 
 #include "areal/kernels/engine.hpp"
+#include "test_models.hpp"
 #include "torch_doctest.hpp"
 
 using namespace areal;
@@ -15,16 +16,7 @@ using namespace areal::kernels;
 namespace {
 
 model_config shared_prompt_model() {
-  model_config c;
-  c.vocab_size = 32;
-  c.hidden_size = 64;
-  c.intermediate_size = 128;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.max_position_embeddings = 256;
-  c.tie_word_embeddings = true;
-  return c;
+  return test::small_model_config(32, 256);
 }
 
 std::vector<int32_t> long_prompt(uint32_t salt, size_t length) {
