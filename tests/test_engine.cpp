@@ -283,3 +283,33 @@ TEST_CASE("top-k and top-p sampling follow the truncated distribution") {
   auto s = sample_token(logits, hot, gen);
   CHECK(std::abs(s.logprob - at::log_softmax(logits / 2.0, 0)[s.token].item<float>()) < 1e-6);
 }
+
+TEST_CASE("top-p over a wide nucleus (more candidates than the first selection) keeps exactly the nucleus") {
+  // 1,000 tokens with slowly falling logits: the nucleus at 0.9 holds hundreds of
+  // them, so the sampler must grow its candidate set beyond the first 64.
+  const int64_t vocab = 1000;
+  auto logits = at::linspace(0.0, -3.0, vocab).to(at::kFloat);
+  auto probs = at::softmax(logits, 0);
+  // The reference nucleus by a full sort: tokens whose mass before them is below top_p.
+  double before = 0;
+  int64_t nucleus = 0;
+  auto p = probs.accessor<float, 1>();
+  while (nucleus < vocab && before < 0.9) {
+    before += p[nucleus];
+    ++nucleus;
+  }
+  REQUIRE(nucleus > 256);
+  sampling_params params;
+  params.top_p = 0.9f;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(99);
+  int64_t highest = 0, beyond_first_selection = 0;
+  for (int i = 0; i < 4000; ++i) {
+    auto s = sample_token(logits, params, gen);
+    highest = std::max(highest, s.token);
+    beyond_first_selection += s.token >= 64;
+    CHECK(std::abs(s.logprob - std::log(p[s.token])) < 1e-4);
+  }
+  CHECK(highest < nucleus);               // nothing outside the nucleus
+  CHECK(highest > nucleus - 50);          // and its far end is reached
+  CHECK(beyond_first_selection > 2000);   // most of its mass lies past the first 64 tokens
+}
