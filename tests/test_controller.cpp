@@ -324,6 +324,44 @@ TEST_CASE("a sample that no member ever answers is reported where it is, not los
   CHECK(ledger[{0, 0}][2] == "dropped");  // its group never completed
 }
 
+TEST_CASE("a request past its deadline is generated again; a late reply is let go") {
+  fixture f;
+  auto cs = f.setup(4, 8, 0, 3);  // synchronous: the first batch needs the held samples
+  cs.request_timeout = std::chrono::seconds(5);
+  rollout_behaviour slow;
+  slow.decide = [](const generation_request& r, int attempt) {
+    if (r.group_id == 0 && r.sample_index == 1)
+      return answer::hold;  // never answered: 3 deadlines, then dropped
+    if (r.group_id == 1 && r.sample_index == 2 && attempt == 1)
+      return answer::hold;  // answered on its second attempt
+    return answer::trajectory;
+  };
+  cs.rollouts = {f.rollout(slow)};
+  cs.reward = f.reward();
+  auto controller = f.controller(std::move(cs));
+  f.run();
+  CHECK_FALSE(f.rec->done);  // waiting for the held samples
+  // Each deadline passes in virtual time: the held requests are sent again.
+  for (int i = 0; i < 10 && !f.rec->done; ++i) {
+    f.sched->advance_time(std::chrono::seconds(5));
+    f.run();
+  }
+  REQUIRE(f.rec->done);
+  CHECK(f.rec->code == 0);
+  int attempts_01 = 0, attempts_12 = 0;
+  for (auto& r : f.rec->requests) {
+    attempts_01 += r.group_id == 0 && r.sample_index == 1 ? 1 : 0;
+    attempts_12 += r.group_id == 1 && r.sample_index == 2 ? 1 : 0;
+  }
+  CHECK(attempts_01 == 3);
+  CHECK(attempts_12 == 2);
+  auto ledger = f.ledger(controller);
+  CHECK(ledger[{0, 1}][2] == "dropped");
+  CHECK(ledger[{0, 1}][6] == "rollout worker: no reply within the request timeout (3 attempts)");
+  CHECK(ledger[{1, 2}][2] == "trained");
+  CHECK(ledger[{1, 2}][4] == 2);
+}
+
 TEST_CASE("failed generations are retried, and dropped with the reason after three failures") {
   fixture f;
   auto cs = f.setup(4, 8, 1, 4);

@@ -86,7 +86,11 @@ void group_buffer::settle(uint64_t group_id) {
   if (static_cast<int64_t>(g.members.size()) + g.missing_dropped < group_size_)
     return;
   if (g.missing_dropped == 0) {
-    complete_.push_back(std::move(g.members));
+    int64_t oldest = INT64_MAX;
+    for (auto& t : g.members)
+      oldest = std::min(oldest, oldest_version(t, INT64_MAX));
+    ready_ += static_cast<int64_t>(g.members.size());
+    complete_.push_back({std::move(g.members), oldest});
   } else {
     dropped_[g.drop_reason] += static_cast<int64_t>(g.members.size()) + g.missing_dropped;
     newly_dropped_.push_back({group_id, static_cast<int64_t>(g.members.size()), g.drop_reason, slots_of(g.members)});
@@ -96,41 +100,39 @@ void group_buffer::settle(uint64_t group_id) {
 
 std::optional<std::vector<sample_summary>> group_buffer::take_batch(int64_t batch_size, int64_t min_version,
                                                                     int64_t* stale_dropped) {
-  for (auto it = complete_.begin(); it != complete_.end();) {
-    bool stale = false;
-    for (auto& t : *it)
-      stale = stale || oldest_version(t, min_version) < min_version;
-    if (stale) {
-      dropped_["staler than the bound"] += static_cast<int64_t>(it->size());
-      newly_dropped_.push_back(
-          {it->front().group_id, static_cast<int64_t>(it->size()), "staler than the bound", slots_of(*it)});
-      if (stale_dropped)
-        *stale_dropped += static_cast<int64_t>(it->size());
-      it = complete_.erase(it);
-    } else {
-      ++it;
+  if (min_version != checked_bound_)
+    unchecked_ = 0;  // a new bound: every group is checked against it once
+  checked_bound_ = min_version;
+  for (size_t i = unchecked_; i < complete_.size();) {
+    auto& g = complete_[i];
+    if (g.oldest >= min_version) {
+      ++i;
+      continue;
     }
+    auto n = static_cast<int64_t>(g.members.size());
+    dropped_["staler than the bound"] += n;
+    newly_dropped_.push_back({g.members.front().group_id, n, "staler than the bound", slots_of(g.members)});
+    if (stale_dropped)
+      *stale_dropped += n;
+    ready_ -= n;
+    complete_.erase(complete_.begin() + static_cast<std::ptrdiff_t>(i));
   }
-  if (ready_trajectories() < batch_size)
+  unchecked_ = complete_.size();
+  if (ready_ < batch_size)
     return std::nullopt;
   std::vector<sample_summary> batch;
-  while (!complete_.empty() && static_cast<int64_t>(batch.size() + complete_.front().size()) <= batch_size) {
-    for (auto& t : complete_.front())
+  while (!complete_.empty() && static_cast<int64_t>(batch.size() + complete_.front().members.size()) <= batch_size) {
+    ready_ -= static_cast<int64_t>(complete_.front().members.size());
+    for (auto& t : complete_.front().members)
       batch.push_back(std::move(t));
     complete_.pop_front();
+    --unchecked_;
   }
   return batch;
 }
 
 std::vector<group_buffer::closed_group> group_buffer::take_dropped_groups() {
   return std::exchange(newly_dropped_, {});
-}
-
-int64_t group_buffer::ready_trajectories() const {
-  int64_t n = 0;
-  for (auto& g : complete_)
-    n += static_cast<int64_t>(g.size());
-  return n;
 }
 
 }  // namespace areal

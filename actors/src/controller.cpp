@@ -78,6 +78,26 @@ std::optional<stream_sample> settle_request(controller_state& st, uint64_t rid) 
 
 }  // namespace
 
+void request_deadlines(controller_pointer self) {
+  auto& st = self->state;
+  auto now = self->clock().now();
+  while (!st.deadlines.empty() && st.deadlines.front().first <= now) {
+    auto rid = st.deadlines.front().second;
+    st.deadlines.pop_front();
+    if (auto late = settle_request(st, rid); late && st.phase != run_phase::finished) {
+      // Its reply, if it still comes, finds the request forgotten and is let go.
+      generate_again(self, std::move(*late), "no reply within the request timeout", true);
+      fill(self);
+    }
+  }
+  // Requests answered meanwhile stay queued until their deadline: the timer
+  // skips them then (one entry per request, popped once).
+  if (st.deadlines.empty() || st.request_deadline_armed || st.phase == run_phase::finished)
+    return;
+  st.request_deadline_armed = true;
+  self->delayed_send(self, st.deadlines.front().first - now, deadline_atom::value);
+}
+
 void forget(controller_pointer self, const sample_summary& summary) {
   self->send(self->state.setup.store, forget_atom::value, std::vector<uint64_t>{summary.slot});
 }
@@ -128,7 +148,9 @@ void dispatch(controller_pointer self, uint64_t worker, uint64_t pool, stream_sa
   auto task = *pack(*sample.task);
   auto rid = st.rollouts.send(worker, {std::move(sample), 0});
   st.rollouts.work(rid)->pool_request = st.rewards.send(pool, rid);
-  self->request(handle, st.setup.request_timeout, std::move(request), std::move(task), pool_handle,
+  st.deadlines.emplace_back(self->clock().now() + st.setup.request_timeout, rid);
+  request_deadlines(self);
+  self->request(handle, caf::infinite, std::move(request), std::move(task), pool_handle,
                 caf::actor_cast<caf::actor>(st.setup.store))
       .then(
           [self, rid, id, pool_name](sample_summary& summary) {
@@ -323,6 +345,10 @@ controller_actor spawn_controller(caf::actor_system& sys, controller_setup setup
           episode_dropped(self, {group, index}, why);
         },
         [self](episode_atom, uint64_t group) { group_deadline(self, group); },
+        [self](deadline_atom) {
+          self->state.request_deadline_armed = false;
+          request_deadlines(self);
+        },
         [self](caf::tick_atom) {
           auto& st = self->state;
           st.member_deadline_armed = false;

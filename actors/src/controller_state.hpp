@@ -45,6 +45,9 @@ struct controller_state {
   run_phase phase = run_phase::admitting;
   bool training = false, checkpointing = false, evaluating = false;
   bool member_deadline_armed = false;
+  // Rollout requests in flight by deadline (send order: one timeout for all), and whether the timer runs.
+  std::deque<std::pair<caf::actor_clock::time_point, uint64_t>> deadlines;
+  bool request_deadline_armed = false;
   int32_t end_code = 0;
   std::string end_why;          // set when an end was asked for (a stop, no rollout worker, the last step)
   int64_t failures_in_row = 0;  // samples dropped since the last one that was scored
@@ -80,6 +83,8 @@ void finish(controller_pointer self, int32_t code, const std::string& why);
 void weights_delivered(controller_pointer self, const std::vector<weight_delivery>& reports);
 /// A sample will not be trained: dropped with the reason (its group with it).
 void drop(controller_pointer self, sample_id id, const std::string& reason);
+/// Requests past their deadline are generated again; the timer is armed for the next.
+void request_deadlines(controller_pointer self);
 /// A summary arrived: the trajectory is scored and in the store.
 void on_summary(controller_pointer self, sample_id id, const std::string& pool, sample_summary& summary);
 /// A stored trajectory that will not be trained: the store lets it go.

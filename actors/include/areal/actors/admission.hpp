@@ -85,7 +85,7 @@ class group_buffer {
   /// The groups dropped since the last call.
   std::vector<closed_group> take_dropped_groups();
 
-  int64_t ready_trajectories() const;
+  int64_t ready_trajectories() const { return ready_; }
   int64_t pending_groups() const { return static_cast<int64_t>(partial_.size()); }
   /// Trajectories dropped with their group, by reason.
   const std::map<std::string, int64_t>& dropped() const { return dropped_; }
@@ -100,7 +100,18 @@ class group_buffer {
 
   int64_t group_size_;
   std::map<uint64_t, partial_group> partial_;
-  std::deque<std::vector<sample_summary>> complete_;
+  // A complete group and the oldest policy version of its tokens.
+  struct complete_group {
+    std::vector<sample_summary> members;
+    int64_t oldest;
+  };
+  std::deque<complete_group> complete_;
+  // take_batch checks each group against the bound once per bound (the bound
+  // changes once per step, groups complete after every reply): the groups
+  // from complete_[unchecked_] on are not yet checked against checked_bound_.
+  size_t unchecked_ = 0;
+  int64_t checked_bound_ = INT64_MIN;
+  int64_t ready_ = 0;  // trajectories in complete_
   std::map<std::string, int64_t> dropped_;
   std::vector<closed_group> newly_dropped_;
 };

@@ -314,6 +314,7 @@ typename Inspector::result_type inspect(Inspector& f, controller_stats& x) {
 }
 
 using episode_atom = caf::atom_constant<caf::atom("episode")>;
+using deadline_atom = caf::atom_constant<caf::atom("deadline")>;
 
 /// The CONTROLLER interface: owns the prompt stream and the data flow.
 using controller_actor = caf::typed_actor<
@@ -334,6 +335,11 @@ using controller_actor = caf::typed_actor<
     caf::reacts_to<std::vector<weight_delivery>>,
     // Membership deadline (sent to itself): no rollout worker for member_timeout ends the run.
     caf::reacts_to<caf::tick_atom>,
+    // Request deadlines (sent to itself): samples whose request ran past
+    // request_timeout are generated again. One timer for all requests: CAF
+    // 0.17's per-request timeouts cost a pass over every request in flight
+    // when a reply cancels one (measured by bench_simulate).
+    caf::reacts_to<deadline_atom>,
     // Agent runs (task.kind = "agent"): an endpoint (the holder named) opens an
     // episode of a task (the agent's key; the episodes of one task form groups
     // of group_size). The reply is its sample (group, index) and the policy

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,23 +33,23 @@ class member_table {
         return std::nullopt;
     auto id = next_member_++;
     members_.emplace(id, member{std::move(handle), std::move(node), std::move(name), 0});
+    by_load_.emplace(0, id);
     return id;
   }
 
   /// The member with the fewest requests in flight, when it has fewer than `limit`.
+  /// Ties go to the member that joined first.
   std::optional<uint64_t> least_loaded(int64_t limit = INT64_MAX) const {
-    auto it = std::min_element(members_.begin(), members_.end(),
-                               [](auto& x, auto& y) { return x.second.load < y.second.load; });
-    if (it == members_.end() || it->second.load >= limit)
+    if (by_load_.empty() || by_load_.begin()->first >= limit)
       return std::nullopt;
-    return it->first;
+    return by_load_.begin()->second;
   }
 
   const member& at(uint64_t id) const { return members_.at(id); }
 
   /// A request of `work` to member `id`; returns the request's id.
   uint64_t send(uint64_t id, Work work) {
-    members_.at(id).load++;
+    change_load(members_.at(id), id, +1);
     auto request = next_request_++;
     requests_.emplace(request, std::make_pair(id, std::move(work)));
     return request;
@@ -69,7 +70,7 @@ class member_table {
       return std::nullopt;
     auto work = std::move(it->second.second);
     if (auto m = members_.find(it->second.first); m != members_.end())
-      m->second.load--;
+      change_load(m->second, m->first, -1);
     requests_.erase(it);
     return work;
   }
@@ -82,6 +83,7 @@ class member_table {
       if (!match(it->second.handle))
         continue;
       auto id = it->first;
+      by_load_.erase({it->second.load, id});
       std::pair<member, std::vector<Work>> out{std::move(it->second), {}};
       members_.erase(it);
       for (auto r = requests_.begin(); r != requests_.end();) {
@@ -111,7 +113,16 @@ class member_table {
   size_t requests() const { return requests_.size(); }
 
  private:
+  void change_load(member& m, uint64_t id, int64_t by) {
+    by_load_.erase({m.load, id});
+    m.load += by;
+    by_load_.emplace(m.load, id);
+  }
+
   std::map<uint64_t, member> members_;
+  // (load, member id) of every member: the least loaded first, at the cost of a
+  // lookup per request instead of a pass over the members (hundreds of engines).
+  std::set<std::pair<int64_t, uint64_t>> by_load_;
   std::map<uint64_t, std::pair<uint64_t, Work>> requests_;  // request id -> (member id, work)
   uint64_t next_member_ = 0, next_request_ = 0;
 };

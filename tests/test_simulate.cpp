@@ -1,0 +1,212 @@
+// Virtual-time runs of the real controller (areal/sim): exactly repeatable,
+// the staleness bound holds, interruption and waiting do what they say, the
+// cost formulas match their definitions, and bad setups are refused.
+#include <doctest/doctest.h>
+
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "areal/sim/simulation.hpp"
+
+using namespace areal::sim;
+
+namespace {
+
+// A small run: 8 devices (6 generating), 4 prompts x 4 answers per step, a
+// long tail of lengths, costs linear in the work.
+sim_setup small_setup() {
+  measured_rates r;
+  r.decode_base = 0.01;
+  r.decode_per_sequence = 0.001;
+  r.decode_per_context = 1e-6;
+  r.prefill_per_token = 1e-5;
+  r.train_base = 0.05;
+  r.train_per_token = 1e-4;
+  r.transfer = 0.02;
+  r.source = "test rates";
+  sim_setup s;
+  s.costs = std::make_shared<fitted_costs>(r);
+  s.devices = 8;
+  s.batch_prompts = 4;
+  s.group_size = 4;
+  s.steps = 12;
+  s.eta = 2;
+  s.engine_slots = 8;
+  s.work.prompt_tokens = 16;
+  s.work.max_new_tokens = 400;
+  s.work.length_median = 60;
+  s.work.length_sigma = 1.0;
+  s.work.reward_workers = 2;
+  s.work.reward_median_s = 0.01;
+  return s;
+}
+
+// The versions each completed sample's tokens carry, from the log's "done" lines.
+std::vector<std::string> version_runs(const std::string& log) {
+  std::vector<std::string> out;
+  std::regex done{R"(done \d+\.\d+ \S+ tokens=\d+ versions=(\S*))"};
+  for (std::sregex_iterator it{log.begin(), log.end(), done}, end; it != end; ++it)
+    out.push_back((*it)[1]);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a simulated run trains its steps and is exactly repeatable") {
+  auto setup = small_setup();
+  auto a = simulate(setup);
+  CHECK(a.exit_code == 0);
+  CHECK(a.steps == setup.steps);
+  CHECK(a.trained_samples == setup.steps * setup.batch_prompts * setup.group_size);
+  CHECK(a.virtual_seconds > 0);
+  CHECK(a.engine_busy_share > 0);
+  CHECK(a.engine_busy_share <= 1.0);
+  CHECK(!a.schedule_log.empty());
+  auto b = simulate(setup);
+  CHECK(a.schedule_log == b.schedule_log);
+  CHECK(a.schedule_hash == b.schedule_hash);
+  CHECK(a.virtual_seconds == b.virtual_seconds);
+  setup.work.seed = 2;
+  auto c = simulate(setup);
+  CHECK(c.schedule_hash != a.schedule_hash);
+}
+
+TEST_CASE("the staleness bound of the real controller holds in virtual time") {
+  auto setup = small_setup();
+  setup.eta = 0;
+  auto sync = simulate(setup);
+  CHECK(sync.max_staleness == 0);
+  setup.eta = 1;
+  auto bounded = simulate(setup);
+  CHECK(bounded.max_staleness <= 1);
+  setup.eta = -1;  // unbounded: with 6 engines of 8 slots, far more than a batch is in flight
+  auto unbounded = simulate(setup);
+  CHECK(unbounded.max_staleness > 1);
+  // More samples in flight keep the engines busier and finish sooner.
+  CHECK(bounded.virtual_seconds < sync.virtual_seconds);
+  CHECK(bounded.engine_busy_share > sync.engine_busy_share);
+}
+
+TEST_CASE("new weights interrupt sequences in flight, or wait for them") {
+  auto setup = small_setup();
+  setup.eta = 4;
+  setup.on_weights = interruption::reprefill;
+  auto interrupted = simulate(setup);
+  CHECK(interrupted.interruptions > 0);
+  CHECK(interrupted.reprefill_share > 0);
+  int spanning = 0;
+  for (auto& runs : version_runs(interrupted.schedule_log))
+    spanning += runs.find(',') != std::string::npos ? 1 : 0;
+  CHECK(spanning > 0);  // some samples' tokens come from two policy versions
+
+  setup.on_weights = interruption::wait;
+  auto waited = simulate(setup);
+  CHECK(waited.interruptions == 0);
+  CHECK(waited.reprefill_share == 0);
+  auto runs = version_runs(waited.schedule_log);
+  CHECK(runs.size() >= static_cast<size_t>(waited.trained_samples));
+  for (auto& r : runs)
+    CHECK_MESSAGE(r.find(',') == std::string::npos, "a waiting engine mixed versions in one sequence: " << r);
+}
+
+TEST_CASE("a colocated synchronous run uses every device for both phases") {
+  auto setup = small_setup();
+  setup.colocated = true;
+  setup.eta = 0;
+  CHECK(setup.engines() == 8);
+  CHECK(setup.trainer_devices() == 8);
+  auto r = simulate(setup);
+  CHECK(r.steps == setup.steps);
+  CHECK(r.max_staleness == 0);
+  setup.colocated = false;
+  CHECK(setup.engines() == 6);
+  CHECK(setup.trainer_devices() == 2);
+}
+
+TEST_CASE("bad simulation setups are refused with what to change") {
+  auto setup = small_setup();
+  setup.colocated = true;
+  setup.eta = 2;
+  CHECK_THROWS_WITH_AS(simulate(setup), doctest::Contains("set eta = 0"), std::invalid_argument);
+  setup = small_setup();
+  setup.generation_share = 1.0;
+  CHECK_THROWS_WITH_AS(simulate(setup), doctest::Contains("generation_share"), std::invalid_argument);
+  setup = small_setup();
+  setup.costs = nullptr;
+  CHECK_THROWS_AS(simulate(setup), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(qwen2_shape("qwen2-3b"), doctest::Contains("qwen2-1.5b"), std::invalid_argument);
+  auto huge = qwen2_shape("qwen2-32b");
+  huge.tensor_parallel = 1;  // 65 GB of weights on one 80 GB H800 leaves room for a few sequences only
+  sim_setup s = small_setup();
+  s.costs = std::make_shared<roofline_costs>(huge, gpu_device("h800"));
+  s.work.prompt_tokens = 1000;
+  s.work.max_new_tokens = 32000;
+  s.work.length_median = 30000;
+  s.work.length_sigma = 0.01;
+  s.engine_slots = 0;
+  CHECK(s.slots_per_engine() < 5);
+}
+
+TEST_CASE("the roofline follows its formulas on the Qwen2 shapes") {
+  auto& small = qwen2_shape("qwen2-1.5b");
+  CHECK(small.parameters() == doctest::Approx(1.54e9).epsilon(0.01));
+  CHECK(qwen2_shape("qwen2-7b").parameters() == doctest::Approx(7.62e9).epsilon(0.01));
+  CHECK(qwen2_shape("qwen2-32b").parameters() == doctest::Approx(32.8e9).epsilon(0.01));
+  CHECK(small.kv_bytes_per_token(2) == 28672);  // 2 x 28 layers x 2 heads x 128 x 2 bytes
+  auto device = gpu_device("h800");
+  roofline_costs costs{small, device};
+  // Batch 1, empty context: reading the weights bounds the step.
+  double weights = small.parameters() * 2;
+  CHECK(costs.decode_step_seconds(1, 0) ==
+        doctest::Approx(weights / device.memory_bandwidth.value + device.step_overhead.value));
+  // A large batch is bound by FLOPs.
+  double flops = 4096 * small.forward_flops_per_token();
+  CHECK(costs.decode_step_seconds(4096, 0) ==
+        doctest::Approx(flops / device.flop_rate.value + device.step_overhead.value));
+  // Reading the KV cache grows the step with the context.
+  CHECK(costs.decode_step_seconds(64, 1e6) > costs.decode_step_seconds(64, 1e5));
+  CHECK(costs.train_seconds({1000, 1000}, 2) == doctest::Approx(costs.train_seconds({1000, 1000, 1000, 1000}, 4)));
+  CHECK(costs.describe().find("source:") != std::string::npos);
+}
+
+TEST_CASE("a non-negative least-squares fit recovers linear costs") {
+  std::vector<std::vector<double>> x;
+  std::vector<double> y;
+  for (int b = 1; b <= 8; ++b)
+    for (int c = 0; c < 4; ++c) {
+      x.push_back({1.0, double(b), double(c * 100)});
+      y.push_back(0.5 + 0.25 * b + 0.001 * c * 100);
+    }
+  auto beta = fit_nonnegative(x, y);
+  REQUIRE(beta.size() == 3);
+  CHECK(beta[0] == doctest::Approx(0.5));
+  CHECK(beta[1] == doctest::Approx(0.25));
+  CHECK(beta[2] == doctest::Approx(0.001));
+  // A falling cost is not a cost: that column comes out 0 and the others absorb it.
+  for (auto& v : y)
+    v = 2.0;
+  for (size_t i = 0; i < y.size(); ++i)
+    y[i] -= 0.01 * x[i][1];
+  beta = fit_nonnegative(x, y);
+  CHECK(beta[1] == 0.0);
+}
+
+TEST_CASE("response lengths follow the workload and a length table") {
+  workload w;
+  w.max_new_tokens = 1000;
+  w.length_median = 300;
+  w.length_sigma = 0.5;
+  std::vector<int64_t> draws;
+  for (uint32_t i = 0; i < 2000; ++i)
+    draws.push_back(w.response_tokens(i, i % 16));
+  std::sort(draws.begin(), draws.end());
+  CHECK(draws[1000] == doctest::Approx(300).epsilon(0.1));
+  CHECK(draws.back() <= 1000);
+  CHECK(w.response_tokens(7, 3) == w.response_tokens(7, 3));
+  w.length_table = {5, 9};
+  std::set<int64_t> seen;
+  for (uint32_t i = 0; i < 100; ++i)
+    seen.insert(w.response_tokens(i, 0));
+  CHECK(seen == std::set<int64_t>{5, 9});
+}
