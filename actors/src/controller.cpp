@@ -98,6 +98,28 @@ void request_deadlines(controller_pointer self) {
   self->delayed_send(self, st.deadlines.front().first - now, deadline_atom::value);
 }
 
+void on_reply(controller_pointer self, uint64_t rid, sample_summary& summary) {
+  auto& st = self->state;
+  auto* work = st.rollouts.work(rid);
+  auto pool = work ? work->pool : std::string{};
+  auto done = settle_request(st, rid);
+  if (!done || st.phase == run_phase::finished) {
+    // forgotten (past its deadline, or its member was lost, and the sample sent again), or the run is over
+    forget(self, summary);
+    return;
+  }
+  on_summary(self, id_of(done->request), pool, summary);
+  fill(self);
+}
+
+void on_failure(controller_pointer self, uint64_t rid, const caf::error& err) {
+  auto failed = settle_request(self->state, rid);
+  if (!failed || self->state.phase == run_phase::finished)
+    return;
+  generate_again(self, std::move(*failed), describe(err), true);
+  fill(self);
+}
+
 void forget(controller_pointer self, const sample_summary& summary) {
   self->send(self->state.setup.store, forget_atom::value, std::vector<uint64_t>{summary.slot});
 }
@@ -128,6 +150,22 @@ void on_summary(controller_pointer self, sample_id id, const std::string& pool, 
 
 namespace {
 
+// The actor that holds one rollout worker's requests: it sends each on and
+// hands the reply (or the error) back to whoever sent it the request, as
+// (reply_atom, request id, reply). It holds no reference to the controller
+// between requests, so that the two do not keep each other alive.
+member_link_actor spawn_link(controller_pointer self, rollout_actor worker) {
+  return self->spawn([worker](member_link_actor::pointer link) -> member_link_actor::behavior_type {
+    return {[link, worker](uint64_t rid, packed<generation_request>& request, packed<reward_task>& task,
+                           caf::actor& pool, caf::actor& store) {
+      auto to = caf::actor_cast<controller_actor>(link->current_sender());
+      link->request(worker, caf::infinite, std::move(request), std::move(task), pool, store)
+          .then([link, to, rid](sample_summary& summary) { link->send(to, reply_atom::value, rid, std::move(summary)); },
+                [link, to, rid](caf::error& err) { link->send(to, reply_atom::value, rid, std::move(err)); });
+    }};
+  });
+}
+
 // One request per sample: the worker generates it and sends it to the pool,
 // the pool scores it and hands it to the store, the store's summary is the reply.
 void dispatch(controller_pointer self, uint64_t worker, uint64_t pool, stream_sample sample) {
@@ -140,38 +178,19 @@ void dispatch(controller_pointer self, uint64_t worker, uint64_t pool, stream_sa
     sample.admitted = true;
   }
   auto& member = st.rollouts.at(worker);
-  auto handle = caf::actor_cast<rollout_actor>(member.handle);
+  auto& link = st.links[member.handle.address()];
+  if (!link)
+    link = spawn_link(self, caf::actor_cast<rollout_actor>(member.handle));
   auto pool_handle = st.rewards.at(pool).handle;
   auto pool_name = st.rewards.at(pool).name;
   st.ledger.dispatched(id, member.name);
   auto request = *pack(sample.request);
   auto task = *pack(*sample.task);
-  auto rid = st.rollouts.send(worker, {std::move(sample), 0});
+  auto rid = st.rollouts.send(worker, {std::move(sample), 0, pool_name});
   st.rollouts.work(rid)->pool_request = st.rewards.send(pool, rid);
   st.deadlines.emplace_back(self->clock().now() + st.setup.request_timeout, rid);
   request_deadlines(self);
-  self->request(handle, caf::infinite, std::move(request), std::move(task), pool_handle,
-                caf::actor_cast<caf::actor>(st.setup.store))
-      .then(
-          [self, rid, id, pool_name](sample_summary& summary) {
-            auto& s = self->state;
-            auto done = settle_request(s, rid);
-            if (!done || s.phase == run_phase::finished) {
-              // forgotten (its member was lost and the sample sent again), or the run is over
-              forget(self, summary);
-              return;
-            }
-            on_summary(self, id, pool_name, summary);
-            fill(self);
-          },
-          [self, rid](caf::error& err) {
-            auto& s = self->state;
-            auto failed = settle_request(s, rid);
-            if (!failed || s.phase == run_phase::finished)
-              return;
-            generate_again(self, std::move(*failed), describe(err), true);
-            fill(self);
-          });
+  self->send(link, rid, std::move(request), std::move(task), pool_handle, caf::actor_cast<caf::actor>(st.setup.store));
 }
 
 // With no rollout worker, or no reward pool, no sample can go out (each goes
@@ -213,6 +232,10 @@ void on_member_down(controller_pointer self, const caf::down_msg& down) {
   auto is_it = [&](const caf::actor& h) { return h.address() == down.source; };
   std::vector<stream_sample> again;
   std::string what, node;
+  if (auto link = st.links.find(down.source); link != st.links.end()) {
+    caf::anon_send_exit(link->second, caf::exit_reason::kill);
+    st.links.erase(link);
+  }
   if (auto lost = st.rollouts.lose(is_it)) {
     what = "rollout worker";
     node = lost->first.node;
@@ -345,6 +368,8 @@ controller_actor spawn_controller(caf::actor_system& sys, controller_setup setup
           episode_dropped(self, {group, index}, why);
         },
         [self](episode_atom, uint64_t group) { group_deadline(self, group); },
+        [self](reply_atom, uint64_t rid, sample_summary& summary) { on_reply(self, rid, summary); },
+        [self](reply_atom, uint64_t rid, caf::error& err) { on_failure(self, rid, err); },
         [self](deadline_atom) {
           self->state.request_deadline_armed = false;
           request_deadlines(self);

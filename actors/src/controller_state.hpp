@@ -26,7 +26,14 @@ namespace areal::controller_detail {
 struct in_flight_sample {
   stream_sample sample;
   uint64_t pool_request = 0;
+  std::string pool;  // its name
 };
+
+// The actor holding one rollout worker's requests for the controller (see
+// spawn_link in controller.cpp): (request id, the request) in, and
+// (reply_atom, request id, summary or error) back to the controller.
+using member_link_actor = caf::typed_actor<
+    caf::reacts_to<uint64_t, packed<generation_request>, packed<reward_task>, caf::actor, caf::actor>>;
 
 // The run's course: admitting work, then draining (no more admissions; what
 // runs is trained), saving the final checkpoint, finished.
@@ -41,7 +48,8 @@ struct controller_state {
   std::unique_ptr<run_metrics> metrics;
   sample_ledger ledger;
   member_table<caf::actor, in_flight_sample> rollouts;
-  member_table<caf::actor, uint64_t> rewards;  // work: the rollout request of each sample routed to a pool
+  member_table<caf::actor, uint64_t> rewards;
+  std::map<caf::actor_addr, member_link_actor> links;  // per rollout worker: the actor holding its requests  // work: the rollout request of each sample routed to a pool
   run_phase phase = run_phase::admitting;
   bool training = false, checkpointing = false, evaluating = false;
   bool member_deadline_armed = false;
@@ -85,6 +93,9 @@ void weights_delivered(controller_pointer self, const std::vector<weight_deliver
 void drop(controller_pointer self, sample_id id, const std::string& reason);
 /// Requests past their deadline are generated again; the timer is armed for the next.
 void request_deadlines(controller_pointer self);
+/// The reply to rollout request `rid`: a summary, or the error it failed with.
+void on_reply(controller_pointer self, uint64_t rid, sample_summary& summary);
+void on_failure(controller_pointer self, uint64_t rid, const caf::error& err);
 /// A summary arrived: the trajectory is scored and in the store.
 void on_summary(controller_pointer self, sample_id id, const std::string& pool, sample_summary& summary);
 /// A stored trajectory that will not be trained: the store lets it go.

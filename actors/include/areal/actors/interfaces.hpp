@@ -315,6 +315,7 @@ typename Inspector::result_type inspect(Inspector& f, controller_stats& x) {
 
 using episode_atom = caf::atom_constant<caf::atom("episode")>;
 using deadline_atom = caf::atom_constant<caf::atom("deadline")>;
+using reply_atom = caf::atom_constant<caf::atom("reply")>;
 
 /// The CONTROLLER interface: owns the prompt stream and the data flow.
 using controller_actor = caf::typed_actor<
@@ -340,6 +341,13 @@ using controller_actor = caf::typed_actor<
     // 0.17's per-request timeouts cost a pass over every request in flight
     // when a reply cancels one (measured by bench_simulate).
     caf::reacts_to<deadline_atom>,
+    // The reply to the rollout request `id` (a sample's summary, or why it
+    // failed), from the controller's link to that worker. One link per worker
+    // holds the requests: CAF 0.17 finds a reply's handler by a pass over the
+    // requester's pending requests, so that one actor holding every request
+    // in flight (a hundred thousand at 512 devices) would scan them all per reply.
+    caf::reacts_to<reply_atom, uint64_t, sample_summary>,
+    caf::reacts_to<reply_atom, uint64_t, caf::error>,
     // Agent runs (task.kind = "agent"): an endpoint (the holder named) opens an
     // episode of a task (the agent's key; the episodes of one task form groups
     // of group_size). The reply is its sample (group, index) and the policy
