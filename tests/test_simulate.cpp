@@ -3,10 +3,16 @@
 // cost formulas match their definitions, and bad setups are refused.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <regex>
 #include <set>
 #include <sstream>
 
+#include "areal/runtime/config.hpp"
+#include "areal/sim/simulate_command.hpp"
 #include "areal/sim/simulation.hpp"
 
 using namespace areal::sim;
@@ -209,4 +215,83 @@ TEST_CASE("response lengths follow the workload and a length table") {
   for (uint32_t i = 0; i < 100; ++i)
     seen.insert(w.response_tokens(i, 0));
   CHECK(seen == std::set<int64_t>{5, 9});
+}
+
+namespace {
+
+const char* small_config = R"(
+[run]
+seed = 5
+[rl]
+steps = 3
+eta = 2
+group_size = 4
+batch_size = 32
+max_new_tokens = 2000
+[simulate]
+device = "h200"
+model = "qwen2-7b"
+devices = 16
+length_median = 300
+reward_workers = 16
+[[nodes]]
+name = "local"
+roles = ["controller", "trainer", "rollout", "reward"]
+)";
+
+areal::run_config parse(const std::vector<std::string>& overrides = {}) {
+  auto r = areal::parse_config(small_config, "sim.toml", overrides);
+  REQUIRE_MESSAGE(r.config, (r.errors.empty() ? "" : r.errors.front()));
+  return *r.config;
+}
+
+}  // namespace
+
+TEST_CASE("areal simulate reads its run from [rl] and [simulate]") {
+  auto s = setup_from(parse());
+  CHECK(s.steps == 3);
+  CHECK(s.eta == 2);
+  CHECK(s.group_size == 4);
+  CHECK(s.batch_prompts == 8);
+  CHECK(s.work.max_new_tokens == 2000);
+  CHECK(s.work.length_median == 300);
+  CHECK(s.work.seed == 5);
+  CHECK(s.devices == 16);
+  CHECK(s.engines() == 12);
+  CHECK(s.costs->describe().find("H200") != std::string::npos);
+  CHECK(s.costs->describe().find("qwen2-7b") != std::string::npos);
+  CHECK(setup_from(parse({"rl.mode=\"sync\""})).eta == 0);
+  CHECK(setup_from(parse({"rl.interruption=\"wait\""})).on_weights == interruption::wait);
+  CHECK(setup_from(parse({"simulate.step_overhead_s=0.01"})).costs->decode_step_seconds(1, 0) >
+        setup_from(parse()).costs->decode_step_seconds(1, 0) + 0.007);
+  CHECK_THROWS_WITH_AS(setup_from(parse({"rl.interruption=\"keep_cache\""})), doctest::Contains("reprefill"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(setup_from(parse({"simulate.colocated=true"})), doctest::Contains("rl.mode"),
+                       std::invalid_argument);
+  auto colocated = setup_from(parse({"simulate.colocated=true", "rl.mode=\"sync\""}));
+  CHECK(colocated.colocated);
+  CHECK(colocated.engines() == 16);
+}
+
+TEST_CASE("areal simulate prints its result and writes the JSON and schedule log it is asked for") {
+  auto json = std::filesystem::temp_directory_path() / ("areal-sim-" + std::to_string(::getpid()) + ".json");
+  auto log = json;
+  log.replace_extension(".log");
+  auto config = parse({"simulate.json=\"" + json.string() + "\"", "simulate.log=\"" + log.string() + "\""});
+  std::ostringstream out, err;
+  CHECK(simulate_command(config, out, err) == 0);
+  CHECK_MESSAGE(out.str().find("result: 3 steps") != std::string::npos, out.str());
+  std::ifstream j(json);
+  std::string text((std::istreambuf_iterator<char>(j)), {});
+  CHECK(text.find("\"steady_tokens_per_s\"") != std::string::npos);
+  std::ifstream l(log);
+  std::string first;
+  std::getline(l, first);
+  CHECK(first.find("dispatch") != std::string::npos);
+  std::filesystem::remove(json);
+  std::filesystem::remove(log);
+  // A configuration it cannot simulate: exit code 2 and the reason.
+  std::ostringstream out2, err2;
+  CHECK(simulate_command(parse({"rl.interruption=\"keep_cache\""}), out2, err2) == 2);
+  CHECK(err2.str().find("nothing was simulated") != std::string::npos);
 }

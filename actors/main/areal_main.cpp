@@ -16,6 +16,7 @@
 #include "areal/runtime/files.hpp"
 #include "areal/runtime/log.hpp"
 #include "areal/runtime/run_directory.hpp"
+#include "areal/sim/simulate_command.hpp"
 
 namespace fs = std::filesystem;
 
@@ -59,6 +60,8 @@ int main(int argc, char** argv) {
     return areal::exit_bad_input;
   }
   auto& config = *loaded.config;
+  if (options.simulate)
+    return areal::sim::simulate_command(config, std::cout, std::cerr);
   if (options.make_certs) {
     try {
       for (auto& file : areal::make_cluster_certificates(config, config.cluster.certs_dir))

@@ -10,6 +10,7 @@ std::string usage() {
   return R"(usage: areal --config FILE [--node NAME] [--role ROLE[,ROLE...]] [--set KEY=VALUE]...
              [--run-dir DIR] [--resume | --fresh] [--log-level LEVEL]
        areal --config FILE --make-certs
+       areal simulate --config FILE [--set KEY=VALUE]...
        areal --help | --help-config | --version | --blas
 
 Runs one node of an areal topology: one CAF actor system per process.
@@ -26,6 +27,8 @@ Runs one node of an areal topology: one CAF actor system per process.
   --make-certs      write a private CA and a certificate for every node of the topology into
                     cluster.certs_dir (for cluster.security = "tls"; an existing CA is kept), then exit
   --help-config     list every configuration key with its type, range and default
+  simulate          run the configuration in virtual time with simulated GPU members instead (the real
+                    controller; see the [simulate] section of --help-config); prints its figures and exits
   --blas            print the BLAS LibTorch calls, the OpenBLAS kernels it runs and how they were chosen
                     (AREAL_BLAS_CORE=auto|fit|keep; see README), with a checked product's rate, then exit
 Exit codes: 0 run finished or stopped by a signal (a checkpoint is written), 2 bad command line or configuration,
@@ -61,7 +64,9 @@ cli_result parse_cli(int argc, const char* const* argv) {
       return true;
     };
     std::string v;
-    if (arg == "--help" || arg == "-h") {
+    if (arg == "simulate" && i == 1) {
+      o.simulate = true;
+    } else if (arg == "--help" || arg == "-h") {
       o.help = true;
     } else if (arg == "--help-config") {
       o.help_config = true;

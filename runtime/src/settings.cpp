@@ -367,6 +367,41 @@ std::vector<section> make_table() {
            in("prompts", &c::eval, &eval_spec::prompts, 0, 1e7, "held-out prompts (0: no evaluation)"),
            in("every", &c::eval, &eval_spec::every, 0, 1e7, "steps between evaluations (0: before and after only)"),
        }});
+  t.push_back(
+      {"simulate",
+       false,
+       "areal simulate: a virtual-time run of the real controller with simulated GPU rollout engines, reward "
+       "scorers and trainer (the run's shape from [rl]: steps, mode, eta, group_size, batch_size, max_new_tokens, "
+       "interruption; and run.seed). Only `areal simulate` reads this section.",
+       {
+           text("device", &c::simulate, &simulate_spec::device, "the GPUs' roofline (datasheet and measured rates)",
+                {"h800", "h200"}),
+           text("model", &c::simulate, &simulate_spec::model, "the Qwen2 shape trained",
+                {"qwen2-1.5b", "qwen2-7b", "qwen2-14b", "qwen2-32b"}),
+           in("devices", &c::simulate, &simulate_spec::devices, 1, 1e6, "GPUs of the run"),
+           in("generation_share", &c::simulate, &simulate_spec::generation_share, 0.01, 0.99,
+              "share of the GPUs that generate (the others train)"),
+           in("colocated", &c::simulate, &simulate_spec::colocated, -inf, inf,
+              "every GPU generates, then every GPU trains (needs rl.mode = \"sync\")"),
+           in("prompt_tokens", &c::simulate, &simulate_spec::prompt_tokens, 1, 1e6, "tokens of every prompt"),
+           in("length_median", &c::simulate, &simulate_spec::length_median, 1, 1e7,
+              "median response tokens (log-normal, capped at rl.max_new_tokens)"),
+           in("length_sigma", &c::simulate, &simulate_spec::length_sigma, 0, 5, "spread of the log-normal"),
+           optional_path("length_table", &c::simulate, &simulate_spec::length_table,
+                         "a file of response lengths (one per line, or LENGTH COUNT) drawn instead of the "
+                         "log-normal; - : none"),
+           in("reward_median_s", &c::simulate, &simulate_spec::reward_median_s, 0, 3600,
+              "median seconds to score one answer (log-normal)"),
+           in("reward_sigma", &c::simulate, &simulate_spec::reward_sigma, 0, 5, "spread of the scoring time"),
+           in("reward_workers", &c::simulate, &simulate_spec::reward_workers, 1, 1e7, "answers scored at once"),
+           in("engine_slots", &c::simulate, &simulate_spec::engine_slots, 0, 1e6,
+              "sequences one engine holds (0: what its KV cache holds at the mean length)"),
+           in("step_overhead_s", &c::simulate, &simulate_spec::step_overhead_s, 0, 10,
+              "fixed seconds of every decode step (an assumption; no GPU measured it)"),
+           optional_path("json", &c::simulate, &simulate_spec::json_path, "write the result here as JSON; - : no"),
+           optional_path("log", &c::simulate, &simulate_spec::log_path,
+                         "write the schedule log here (every dispatch, completion, score, step, weight load); - : no"),
+       }});
   auto name = node_key("name", &node_spec::name, -inf, inf, "unique node name, used by --node");
   name.required = true;
   auto roles =

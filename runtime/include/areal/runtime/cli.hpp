@@ -22,6 +22,7 @@ struct cli_options {
   bool help_config = false;
   bool version = false;
   bool blas = false;        // --blas: print the BLAS and its kernels, then exit
+  bool simulate = false;    // areal simulate --config FILE: a virtual-time run ([simulate]), then exit
   bool make_certs = false;  // --make-certs: write the topology's TLS certificates and exit
 };
 

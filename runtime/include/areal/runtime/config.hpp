@@ -151,6 +151,29 @@ struct rl_spec {
   int64_t effective_eta() const { return synchronous ? 0 : eta; }
 };
 
+/// `areal simulate`: a virtual-time run of the real controller with simulated
+/// GPU members (see actors/include/areal/sim/simulation.hpp). Its run shape
+/// comes from [rl] (steps, mode, eta, group_size, batch_size, max_new_tokens,
+/// interruption) and run.seed.
+struct simulate_spec {
+  std::string device = "h800";  // the GPU roofline: h800 or h200
+  std::string model = "qwen2-1.5b";
+  int64_t devices = 128;
+  double generation_share = 0.75;
+  bool colocated = false;  // every device generates, then trains (synchronous baseline; rl.mode = "sync")
+  int64_t prompt_tokens = 256;
+  double length_median = 7000;
+  double length_sigma = 0.8;
+  std::string length_table;  // a file of response lengths; empty: the log-normal above
+  double reward_median_s = 0.005;
+  double reward_sigma = 0.5;
+  int64_t reward_workers = 1024;
+  int64_t engine_slots = 0;  // sequences per engine; 0: what its KV cache holds at the mean length
+  double step_overhead_s = 0.002;
+  std::string json_path;  // the result as JSON; empty: none
+  std::string log_path;   // the schedule log; empty: none
+};
+
 struct eval_spec {
   int64_t prompts = 256;
   int64_t every = 20;
@@ -168,6 +191,7 @@ struct run_config {
   sft_spec sft;
   rl_spec rl;
   eval_spec eval;
+  simulate_spec simulate;
   std::vector<node_spec> nodes;
   /// The whole configuration with defaults filled in and overrides applied, as TOML.
   std::string resolved_toml;
