@@ -256,6 +256,12 @@ TEST_CASE("command line parsing") {
   CHECK(contains(parse_cli(4, unknown).error, "unknown argument \"--frobnicate\""));
   const char* dangling[] = {"areal", "--config"};
   CHECK(contains(parse_cli(2, dangling).error, "--config needs a file path"));
+  const char* simulate[] = {"areal", "simulate", "--config", "x.toml"};
+  REQUIRE(parse_cli(4, simulate).options);
+  CHECK(parse_cli(4, simulate).options->simulate);
+  const char* late[] = {"areal", "--config", "x.toml", "simulate"};
+  CHECK(contains(parse_cli(4, late).error, "unknown argument \"simulate\""));  // a command: the first word only
+  CHECK_FALSE(r.options->simulate);
 }
 
 TEST_CASE("choosing this process's node") {
