@@ -217,6 +217,24 @@ TEST_CASE("response lengths follow the workload and a length table") {
   CHECK(seen == std::set<int64_t>{5, 9});
 }
 
+TEST_CASE("a length table is read from a list or from a run's trajectories.jsonl, and bad lines are named") {
+  auto dir = std::filesystem::temp_directory_path() / ("areal-lengths-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "lengths.txt") << "# lengths of a run\n12\n\n30 3  # three of them\n";
+  CHECK(read_length_table((dir / "lengths.txt").string()) == std::vector<int64_t>{12, 30, 30, 30});
+  std::ofstream(dir / "trajectories.jsonl") << R"({"group":0,"index":0,"output_tokens":[5,6,7]})" << "\n"
+                                            << R"({"group":0,"index":1,"output_tokens":[9]})" << "\n";
+  CHECK(read_length_table((dir / "trajectories.jsonl").string()) == std::vector<int64_t>{3, 1});
+  std::ofstream(dir / "bad.txt") << "12\nlong\n";
+  CHECK_THROWS_WITH_AS(read_length_table((dir / "bad.txt").string()), doctest::Contains("bad.txt:2"),
+                       std::runtime_error);
+  std::ofstream(dir / "bad.jsonl") << "{\"tokens\": 3}\n";
+  CHECK_THROWS_WITH_AS(read_length_table((dir / "bad.jsonl").string()), doctest::Contains("output_tokens"),
+                       std::runtime_error);
+  CHECK_THROWS_AS(read_length_table((dir / "missing.txt").string()), std::runtime_error);
+  std::filesystem::remove_all(dir);
+}
+
 namespace {
 
 const char* small_config = R"(

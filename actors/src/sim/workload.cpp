@@ -7,6 +7,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <nlohmann/json.hpp>
+
 namespace areal::sim {
 
 namespace {
@@ -61,7 +63,18 @@ std::vector<int64_t> read_length_table(const std::string& path) {
     throw std::runtime_error(path + ": cannot open the length table");
   std::vector<int64_t> out;
   std::string line;
+  bool jsonl = path.size() >= 6 && path.compare(path.size() - 6, 6, ".jsonl") == 0;
   for (int number = 1; std::getline(in, line); ++number) {
+    if (jsonl) {
+      // A run's trajectories.jsonl (rl.record_trajectories): the length of each "output_tokens".
+      auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_discarded() || !j.is_object() || !j.contains("output_tokens") || !j["output_tokens"].is_array())
+        throw std::runtime_error(path + ":" + std::to_string(number) +
+                                 ": expected a JSON object with an \"output_tokens\" array (a trajectories.jsonl line)");
+      if (!j["output_tokens"].empty())
+        out.push_back(static_cast<int64_t>(j["output_tokens"].size()));
+      continue;
+    }
     if (auto hash = line.find('#'); hash != std::string::npos)
       line.resize(hash);
     std::istringstream fields(line);

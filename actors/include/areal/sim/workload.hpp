@@ -31,7 +31,8 @@ struct workload {
 };
 
 /// Reads a length table: one response length per line, or "LENGTH COUNT";
-/// blank lines and lines from '#' on are skipped. Throws std::runtime_error
+/// blank lines and lines from '#' on are skipped. A file named *.jsonl is a
+/// run's trajectories.jsonl (rl.record_trajectories): its responses' lengths. Throws std::runtime_error
 /// with the file and line of what it cannot read.
 std::vector<int64_t> read_length_table(const std::string& path);
 
