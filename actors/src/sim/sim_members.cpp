@@ -28,6 +28,17 @@ void sim_world::record(int64_t ns, const std::string& line) {
 
 namespace {
 
+// Wall time spent in the simulated members' handlers (sim_world::member_wall_ns),
+// so that the controller's own share of a simulation's time can be told apart.
+struct timed_handler {
+  explicit timed_handler(sim_world& w) : world(w), start(std::chrono::steady_clock::now()) {}
+  ~timed_handler() {
+    world.member_wall_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+  }
+  sim_world& world;
+  std::chrono::steady_clock::time_point start;
+};
+
 int64_t to_ns(double seconds) {
   return std::max<int64_t>(0, std::llround(seconds * 1e9));
 }
@@ -197,6 +208,7 @@ caf::behavior engine_behavior(engine_pointer self, sim_world* world, std::string
   self->state.label = std::move(label);
   return {
       [self](packed<generation_request>& packed_request, packed<reward_task>&, caf::actor& pool, caf::actor& store) {
+        timed_handler timed{*self->state.world};
         auto& st = self->state;
         auto& w = *st.world;
         auto now = w.now_ns(self->clock());
@@ -223,6 +235,7 @@ caf::behavior engine_behavior(engine_pointer self, sim_world* world, std::string
           cut_segment(self, now);
       },
       [self](weights_atom, int64_t version) {
+        timed_handler timed{*self->state.world};
         auto& st = self->state;
         if (version <= st.newest)
           return;
@@ -230,7 +243,10 @@ caf::behavior engine_behavior(engine_pointer self, sim_world* world, std::string
         if (st.world->setup.on_weights == interruption::reprefill || !st.running)
           cut_segment(self, st.world->now_ns(self->clock()));
       },
-      [self](step_atom, uint64_t id) { segment_done(self, id); },
+      [self](step_atom, uint64_t id) {
+        timed_handler timed{*self->state.world};
+        segment_done(self, id);
+      },
   };
 }
 
@@ -256,6 +272,7 @@ caf::behavior scorers_behavior(caf::stateful_actor<scorers_state>* self, sim_wor
     self->state.free_at.push(0);
   return {
       [self](sim_score_atom, sample_summary& summary, caf::actor& store) {
+        timed_handler timed{*self->state.world};
         auto& st = self->state;
         auto now = st.world->now_ns(self->clock());
         auto start = std::max(now, st.free_at.top());
@@ -267,6 +284,7 @@ caf::behavior scorers_behavior(caf::stateful_actor<scorers_state>* self, sim_wor
         self->delayed_send(self, std::chrono::nanoseconds(done - now), sim_scored_atom::value, key);
       },
       [self](sim_scored_atom, uint64_t key) {
+        timed_handler timed{*self->state.world};
         auto& st = self->state;
         auto it = st.scoring.find(key);
         if (it == st.scoring.end())
@@ -299,16 +317,19 @@ caf::behavior store_behavior(caf::stateful_actor<store_state>* self, sim_world* 
   self->state.engines = std::move(engines);
   return {
       [self](sim_keep_atom, sample_summary& summary) {
+        timed_handler timed{*self->state.world};
         auto& st = self->state;
         summary.slot = st.next_slot++;
         st.slots[summary.slot] = summary;
         return summary;
       },
       [self](forget_atom, std::vector<uint64_t>& slots) {
+        timed_handler timed{*self->state.world};
         for (auto s : slots)
           self->state.slots.erase(s);
       },
       [self](train_atom, std::vector<uint64_t>& slots) {
+        timed_handler timed{*self->state.world};
         auto& st = self->state;
         auto& w = *st.world;
         auto now = w.now_ns(self->clock());
@@ -336,6 +357,7 @@ caf::behavior store_behavior(caf::stateful_actor<store_state>* self, sim_world* 
         self->delayed_send(self, std::chrono::nanoseconds(to_ns(r.seconds)), sim_trained_atom::value);
       },
       [self](sim_trained_atom) {
+        timed_handler timed{*self->state.world};
         auto& st = self->state;
         auto& w = *st.world;
         auto now = w.now_ns(self->clock());

@@ -36,6 +36,7 @@ struct sim_world {
   int64_t generated_tokens = 0, interruptions = 0;
   int64_t engine_busy_ns = 0, reprefill_ns = 0, trainer_busy_ns = 0;
   std::vector<step_point> trained;
+  int64_t member_wall_ns = 0;  // real time spent in the simulated members' handlers
 
   /// Nanoseconds of virtual time since the start.
   int64_t now_ns(const caf::actor_clock& clock) const;

@@ -173,6 +173,7 @@ sim_result simulate(const sim_setup& setup) {
   out.schedule_log = std::move(world.log);
   out.schedule_hash = world.hash;
   out.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  out.member_wall_seconds = double(world.member_wall_ns) * 1e-9;
   return out;
 }
 

@@ -69,6 +69,8 @@ struct sim_result {
   double trainer_busy_share = 0;
   int64_t events = 0;            // messages the scheduler ran
   double wall_seconds = 0;       // real time the simulation took
+  double member_wall_seconds = 0;  // of it, in the simulated members' handlers (the rest: the
+                                   // controller, its link actors and the message passing)
   std::vector<step_point> trained;
   std::string schedule_log;      // one line per event (keep_log)
   uint64_t schedule_hash = 0;    // FNV-1a of the log (also without keep_log)
