@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "areal/sim/simulate_command.hpp"
 #include "areal/sim/simulation.hpp"
 
 using namespace areal::sim;
@@ -78,16 +79,6 @@ sim_setup colocated(sim_setup s) {
   s.colocated = true;
   s.eta = 0;
   return s;
-}
-
-nlohmann::json row_json(const sim_result& r) {
-  return {{"virtual_s", r.virtual_seconds},         {"steps", r.steps},
-          {"trained_samples", r.trained_samples},   {"trained_tokens", r.trained_tokens},
-          {"tokens_per_s", r.trained_tokens_per_second()}, {"steady_tokens_per_s", r.steady_tokens_per_second()},
-          {"engine_busy", r.engine_busy_share},     {"reprefill", r.reprefill_share},
-          {"trainer_busy", r.trainer_busy_share},   {"max_staleness", r.max_staleness},
-          {"interruptions", r.interruptions},       {"wall_s", r.wall_seconds},
-          {"events", r.events},                     {"schedule_hash", fmt::format("{:016x}", r.schedule_hash)}};
 }
 
 sim_result run(const sim_setup& s) {
@@ -157,8 +148,8 @@ int main(int argc, char** argv) {
                              100 * async.reprefill_share, 100 * sync.trainer_busy_share,
                              100 * async.trainer_busy_share, async.max_staleness);
     report["table1"].push_back({{"model", row.model}, {"devices", devices}, {"eta", row.eta},
-                                {"speedup", speedup}, {"paper_speedup", paper}, {"sync", row_json(sync)},
-                                {"async", row_json(async)}, {"split_sync", row_json(split)}});
+                                {"speedup", speedup}, {"paper_speedup", paper}, {"sync", result_json(sync)},
+                                {"async", result_json(async)}, {"split_sync", result_json(split)}});
   }
   std::cout << "  (the paper's speedup is in hours to the same accuracy; ours is trained tokens per second, equal "
                "samples per step)\n\n";
@@ -188,7 +179,7 @@ int main(int argc, char** argv) {
     std::cout << fmt::format("  {:>4} {:>14.1f} {:>9.2f}x {:>16.1f} {:>9.2f}x {:>10}\n", eta_name(eta),
                              r.steady_tokens_per_second() / 1e3, r.steady_tokens_per_second() / base, paper,
                              paper / 128.7, r.max_staleness);
-    report["eta"].push_back({{"eta", eta_name(eta)}, {"paper_k_tokens_per_s", paper}, {"run", row_json(r)}});
+    report["eta"].push_back({{"eta", eta_name(eta)}, {"paper_k_tokens_per_s", paper}, {"run", result_json(r)}});
   }
   std::cout << "\n";
 
@@ -209,7 +200,7 @@ int main(int argc, char** argv) {
                              model, interrupting.steady_tokens_per_second(), waiting.steady_tokens_per_second(),
                              100 * gain, paper, 100 * interrupting.reprefill_share);
     report["interruption"].push_back({{"model", model}, {"gain", gain}, {"paper_gain", paper / 100},
-                                      {"interruptible", row_json(interrupting)}, {"waiting", row_json(waiting)}});
+                                      {"interruptible", result_json(interrupting)}, {"waiting", result_json(waiting)}});
   }
   std::cout << "\n";
 
@@ -232,7 +223,7 @@ int main(int argc, char** argv) {
                              "from 16; simulated in {:.1f} s ({} events)\n",
                              devices, r.steady_tokens_per_second(), per_device, 100 * efficiency, r.wall_seconds,
                              r.events);
-    report["scaling"].push_back({{"devices", devices}, {"efficiency", efficiency}, {"run", row_json(r)}});
+    report["scaling"].push_back({{"devices", devices}, {"efficiency", efficiency}, {"run", result_json(r)}});
     if (devices == 512)
       biggest = r;
   }
@@ -245,7 +236,7 @@ int main(int argc, char** argv) {
     std::cout << fmt::format("  512 devices, 100 steps: simulated in {:.0f} s ({} messages; target: under 600 s); "
                              "{:.0f} tok/s once full\n",
                              r.wall_seconds, r.events, r.steady_tokens_per_second());
-    report["run_512_100"] = row_json(r);
+    report["run_512_100"] = result_json(r);
   }
   std::cout << "\n";
 

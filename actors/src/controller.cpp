@@ -81,7 +81,10 @@ std::optional<stream_sample> settle_request(controller_state& st, uint64_t rid) 
 void request_deadlines(controller_pointer self) {
   auto& st = self->state;
   auto now = self->clock().now();
-  while (!st.deadlines.empty() && st.deadlines.front().first <= now) {
+  // Entries leave from the front: past their deadline, or answered already
+  // (so the queue holds no more than the requests since the oldest in flight).
+  while (!st.deadlines.empty() &&
+         (st.deadlines.front().first <= now || !st.rollouts.work(st.deadlines.front().second))) {
     auto rid = st.deadlines.front().second;
     st.deadlines.pop_front();
     if (auto late = settle_request(st, rid); late && st.phase != run_phase::finished) {
@@ -90,8 +93,6 @@ void request_deadlines(controller_pointer self) {
       fill(self);
     }
   }
-  // Requests answered meanwhile stay queued until their deadline: the timer
-  // skips them then (one entry per request, popped once).
   if (st.deadlines.empty() || st.request_deadline_armed || st.phase == run_phase::finished)
     return;
   st.request_deadline_armed = true;

@@ -56,6 +56,28 @@ sim_setup setup_from(const run_config& config) {
   return s;
 }
 
+nlohmann::json result_json(const sim_result& r) {
+  nlohmann::json steps = nlohmann::json::array();
+  for (auto& p : r.trained)
+    steps.push_back({{"version", p.version}, {"seconds", p.seconds}, {"samples", p.samples}, {"tokens", p.tokens},
+                     {"max_staleness", p.max_staleness}});
+  return {{"virtual_s", r.virtual_seconds},
+          {"steps", r.steps},
+          {"trained_samples", r.trained_samples},
+          {"trained_tokens", r.trained_tokens},
+          {"tokens_per_s", r.trained_tokens_per_second()},
+          {"steady_tokens_per_s", r.steady_tokens_per_second()},
+          {"engine_busy", r.engine_busy_share},
+          {"reprefill", r.reprefill_share},
+          {"trainer_busy", r.trainer_busy_share},
+          {"max_staleness", r.max_staleness},
+          {"interruptions", r.interruptions},
+          {"wall_s", r.wall_seconds},
+          {"events", r.events},
+          {"schedule_hash", fmt::format("{:016x}", r.schedule_hash)},
+          {"trained", steps}};
+}
+
 int simulate_command(const run_config& config, std::ostream& out, std::ostream& err) {
   sim_setup setup;
   try {
@@ -98,25 +120,8 @@ int simulate_command(const run_config& config, std::ostream& out, std::ostream& 
     out << "schedule log: " << c.log_path << "\n";
   }
   if (!c.json_path.empty()) {
-    nlohmann::json steps = nlohmann::json::array();
-    for (auto& p : r.trained)
-      steps.push_back({{"version", p.version}, {"seconds", p.seconds}, {"samples", p.samples}, {"tokens", p.tokens},
-                       {"max_staleness", p.max_staleness}});
-    nlohmann::json j = {{"virtual_s", r.virtual_seconds},
-                        {"steps", r.steps},
-                        {"trained_samples", r.trained_samples},
-                        {"trained_tokens", r.trained_tokens},
-                        {"tokens_per_s", r.trained_tokens_per_second()},
-                        {"steady_tokens_per_s", r.steady_tokens_per_second()},
-                        {"engine_busy", r.engine_busy_share},
-                        {"reprefill", r.reprefill_share},
-                        {"trainer_busy", r.trainer_busy_share},
-                        {"max_staleness", r.max_staleness},
-                        {"interruptions", r.interruptions},
-                        {"wall_s", r.wall_seconds},
-                        {"schedule_hash", fmt::format("{:016x}", r.schedule_hash)},
-                        {"cost_model", setup.costs->describe()},
-                        {"trained", steps}};
+    auto j = result_json(r);
+    j["cost_model"] = setup.costs->describe();
     std::ofstream(c.json_path) << j.dump(2) << "\n";
     out << "result JSON: " << c.json_path << "\n";
   }

@@ -5,6 +5,8 @@
 
 #include <iosfwd>
 
+#include <nlohmann/json.hpp>
+
 #include "areal/runtime/config.hpp"
 #include "areal/sim/simulation.hpp"
 
@@ -13,6 +15,9 @@ namespace areal::sim {
 /// The simulation a run configuration describes. Throws std::invalid_argument
 /// naming the key to change when it cannot be simulated.
 sim_setup setup_from(const run_config& config);
+
+/// A result as JSON: its figures and the virtual time, samples and tokens of every step.
+nlohmann::json result_json(const sim_result& r);
 
 /// Runs it and prints the result; the exit code (0, or 2 for a configuration it refuses).
 int simulate_command(const run_config& config, std::ostream& out, std::ostream& err);
