@@ -213,7 +213,7 @@ int main(int argc, char** argv) {
        {"sft.batch_size=8", "rl.rollout_slots=64"}},
   };
   auto scratch = fs::temp_directory_path() / ("areal-bench-async-" + std::to_string(getpid()));
-  nlohmann::json report = {{"threads", threads}, {"blas", kernels::describe(facts)}, {"quick", opts.quick}};
+  nlohmann::json report = {{"bench", "bench_async_vs_sync"}, {"threads", threads}, {"blas", kernels::describe(facts)}, {"quick", opts.quick}};
   for (auto& w : workloads) {
     std::cout << "\n== workload: " << w.name << "; " << w.rl_steps << " RL steps of " << w.batch_size
               << " trajectories\n";

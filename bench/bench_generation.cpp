@@ -171,6 +171,7 @@ int main(int argc, char** argv) {
   auto facts = probe_blas();
   std::cout << "machine: " << std::thread::hardware_concurrency() << " hardware threads; " << describe(facts) << "; "
             << allocator << "\n";
+  out["bench"] = "bench_generation";
   out["threads"] = facts.intra_op_threads;
   out["blas"] = facts.library;
 

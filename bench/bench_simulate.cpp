@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
   auto opts = parse(argc, argv);
   spdlog::set_level(spdlog::level::warn);  // the controller's lines of every simulated run
   auto started = std::chrono::steady_clock::now();
-  nlohmann::json report = {{"quick", opts.quick}, {"threads", std::thread::hardware_concurrency()}};
+  nlohmann::json report = {{"bench", "bench_simulate"}, {"quick", opts.quick}, {"threads", std::thread::hardware_concurrency()}};
   std::cout << "bench_simulate: virtual-time runs of the real controller with simulated H800 members ("
             << std::thread::hardware_concurrency() << " hardware threads; the simulation runs on one)"
             << (opts.quick ? "; --quick" : "") << "\n\n";

@@ -6,6 +6,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <string_view>
+#include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "areal/actors/node.hpp"
 #include "areal/kernels/allocator.hpp"
@@ -15,12 +19,15 @@
 #include "areal/runtime/cli.hpp"
 #include "areal/runtime/files.hpp"
 #include "areal/runtime/log.hpp"
+#include "areal/runtime/report.hpp"
 #include "areal/runtime/run_directory.hpp"
 #include "areal/sim/simulate_command.hpp"
 
 namespace fs = std::filesystem;
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string_view{argv[1]} == "report")  // reads files and writes a page: no BLAS, no actors
+    return areal::report::report_command({argv + 2, argv + argc}, std::cout, std::cerr);
   areal::fit_blas_core(argc, argv);  // first: it may execute areal again with OpenBLAS's right kernels
   areal::kernels::tune_allocator();
   auto cli = areal::parse_cli(argc, argv);
@@ -122,6 +129,23 @@ int main(int argc, char** argv) {
   spdlog::info("resolved configuration written to {}", resolved.string());
   auto facts = areal::kernels::probe_blas();
   spdlog::info("{}", areal::kernels::describe(facts));
+  if (runs_job)  // the machine facts the report shows beside the run's figures
+    try {
+      auto& core = areal::blas_core();
+      char host[256] = {};
+      ::gethostname(host, sizeof host - 1);
+      nlohmann::json machine = {{"areal", AREAL_VERSION},
+                                {"host", host},
+                                {"hardware_threads", std::thread::hardware_concurrency()},
+                                {"compute_threads", node.compute_threads},
+                                {"intra_op_threads", facts.intra_op_threads},
+                                {"blas", facts.library},
+                                {"openblas_core", core.core.empty() ? "none" : core.core + " (" + core.how + ")"},
+                                {"libtorch", facts.torch_version}};
+      areal::write_file_atomically(run_dir / "machine.json", machine.dump(2) + "\n");
+    } catch (const areal::file_error& e) {
+      spdlog::warn("{}: the report will not show the machine facts", e.what());
+    }
   if (auto& core = areal::blas_core(); !core.warning.empty())
     spdlog::warn("{}", core.warning);
   if (facts.reference_blas)

@@ -25,6 +25,7 @@
 #include "areal/kernels/trainer.hpp"
 #include "areal/runtime/files.hpp"
 #include "areal/runtime/log.hpp"
+#include "areal/runtime/report.hpp"
 #include "agent_program.hpp"
 #include "job_parts.hpp"
 
@@ -36,14 +37,14 @@ using namespace job;
 
 namespace {
 
-void final_eval_line(const fs::path& run_dir, int64_t version, double accuracy, double mean_tokens) {
-  auto line = nlohmann::json{
-      {"event", "eval"},
-      {"version", version},
-      {"accuracy", accuracy},
-      {"response_tokens_mean", mean_tokens},
-      {"final",
-       true}}.dump();
+// An evaluation outside the controller's steps (before RL, or of the final weights) as a metrics line;
+// `time_s` is the run's time then (the report draws accuracy against it).
+void eval_line(const fs::path& run_dir, const char* which, double time_s, int64_t version, double accuracy,
+               double mean_tokens) {
+  auto line = nlohmann::json{{"event", "eval"},          {"time_s", time_s},
+                             {"version", version},       {"accuracy", accuracy},
+                             {"response_tokens_mean", mean_tokens}, {which, true}}
+                  .dump();
   try {
     append_only_file metrics(run_dir / "metrics.jsonl");
     metrics.append(line + "\n");
@@ -56,14 +57,15 @@ void final_eval_line(const fs::path& run_dir, int64_t version, double accuracy, 
 // The held-out accuracy of the final weights: here with the trainer's weights
 // by pointer, or by the evaluator beside a remote trainer.
 void evaluate_final(caf::scoped_actor& self, const trainer_side& side, bool remote, const model_parts& m,
-                    const eval_set& evals, const eval_options& eo, const fs::path& run_dir, rl_job_result& result) {
+                    const eval_set& evals, const eval_options& eo, const fs::path& run_dir, double time_s,
+                    rl_job_result& result) {
   if (remote) {
     self->request(side.trainer, std::chrono::seconds(600), eval_atom::value)
         .receive(
             [&](int64_t version, double accuracy, double mean_tokens) {
               result.accuracy_after = accuracy;
               spdlog::info("held-out greedy accuracy after RL (version {}): {:.1f}%", version, 100 * accuracy);
-              final_eval_line(run_dir, version, accuracy, mean_tokens);
+              eval_line(run_dir, "final", time_s, version, accuracy, mean_tokens);
             },
             [&](caf::error& e) { spdlog::warn("the final evaluation failed: {}", describe(e)); });
     return;
@@ -81,7 +83,7 @@ void evaluate_final(caf::scoped_actor& self, const trainer_side& side, bool remo
             result.accuracy_after = r.accuracy;
             spdlog::info("held-out greedy accuracy after RL (version {}): {:.1f}% ({})", w.version, 100 * r.accuracy,
                          by_difficulty_text(r));
-            final_eval_line(run_dir, w.version, r.accuracy, r.mean_tokens);
+            eval_line(run_dir, "final", time_s, w.version, r.accuracy, r.mean_tokens);
           },
           [&](caf::error& e) { spdlog::warn("cannot fetch the final weights: {}", describe(e)); });
 }
@@ -107,6 +109,21 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
   auto checkpoint_dir = (options.run_dir / "checkpoint").string();
   progress_line progress{options.progress};
   kernels::set_compute_threads(options.compute_threads);
+
+  // The run's timeline, and the live dashboard from the start (a port in use is refused before any work).
+  auto trace = std::make_shared<tracer>("areal " + c.run.name);
+  std::unique_ptr<report::dashboard> dashboard;
+  if (c.run.dashboard_port > 0) {
+    try {
+      dashboard = std::make_unique<report::dashboard>(options.run_dir, c.run.dashboard_port, trace);
+      spdlog::info("live dashboard at {} (run.dashboard_port)", dashboard->address());
+    } catch (const std::exception& e) {
+      spdlog::error("{}", e.what());
+      result.exit_code = 2;
+      result.why = e.what();
+      return result;
+    }
+  }
 
   model_parts m;
   std::optional<controller_checkpoint> resume;
@@ -176,12 +193,13 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
       return result;
     }
     result.accuracy_before = r.accuracy;
+    if (!resume)  // a resumed run's metrics are cut back to its checkpoint by the controller: none written here
+      eval_line(options.run_dir, "before", 0, 0, r.accuracy, r.mean_tokens);
     spdlog::info("held-out greedy accuracy {} RL: {:.1f}% ({} prompts; {})", resume ? "at resume, during" : "before",
                  100 * r.accuracy, evals->prompts.size(), by_difficulty_text(r));
   }
 
   // The pipeline.
-  auto trace = std::make_shared<tracer>("areal " + c.run.name);
   int actors = 2;  // rollout side and trainer side
   auto share = std::make_shared<compute_share>(options.compute_threads, options.share_cores || rl.synchronous, actors);
   bool multi_node = static_cast<bool>(options.node);
@@ -436,7 +454,8 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
   if (!evals->prompts.empty() && result.exit_code == 0) {
     auto eo = make_eval_options(c, m);
     eo.stop = &stop;
-    evaluate_final(self, side, remote_trainer, m, *evals, eo, options.run_dir, result);
+    evaluate_final(self, side, remote_trainer, m, *evals, eo, options.run_dir,
+                   (resume ? resume->elapsed_s : 0.0) + result.rl_seconds, result);
   }
   for (auto& r : rollouts)
     self->send_exit(r, caf::exit_reason::user_shutdown);

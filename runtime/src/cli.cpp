@@ -11,6 +11,7 @@ std::string usage() {
              [--run-dir DIR] [--resume | --fresh] [--log-level LEVEL]
        areal --config FILE --make-certs
        areal simulate --config FILE [--set KEY=VALUE]...
+       areal report RUN_DIR... [--bench FILE.json]... [--out FILE]
        areal --help | --help-config | --version | --blas
 
 Runs one node of an areal topology: one CAF actor system per process.
@@ -29,6 +30,8 @@ Runs one node of an areal topology: one CAF actor system per process.
   --help-config     list every configuration key with its type, range and default
   simulate          run the configuration in virtual time with simulated GPU members instead (the real
                     controller; see the [simulate] section of --help-config); prints its figures and exits
+  report            draw runs (overlaid) and benchmark JSON files into one self-contained HTML page
+                    (default report.html); run.dashboard_port serves the same page live during a run
   --blas            print the BLAS LibTorch calls, the OpenBLAS kernels it runs and how they were chosen
                     (AREAL_BLAS_CORE=auto|fit|keep; see README), with a checked product's rate, then exit
 Exit codes: 0 run finished or stopped by a signal (a checkpoint is written), 2 bad command line or configuration,

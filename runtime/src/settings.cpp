@@ -141,6 +141,9 @@ std::vector<section> make_table() {
                    flag_choice("job", &c::run, &run_spec::probe_only, "rl", "probe",
                                "rl: the RL run; probe: a connectivity check of the topology (every node joins and "
                                "exchanges a trajectory, then the run ends)"),
+                   in("dashboard_port", &c::run, &run_spec::dashboard_port, 0, 65535,
+                      "the live dashboard: the process that runs the job serves the report page of the run on "
+                      "127.0.0.1 at this port while the run lasts (0: none; off by default for shared hosts)"),
                }});
   auto chunk = base("weight_chunk_kb", kind::integer, 64, 1048576, {},
                     "weights travel in chunks of this size, each with its own checksum");

@@ -2,6 +2,7 @@
 #include "areal/runtime/trace.hpp"
 #include "areal/runtime/files.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -50,6 +51,9 @@ void tracer::span(const std::string& track, const std::string& what, int64_t sta
   auto seconds = static_cast<double>(end_ns - start_ns) * 1e-9;
   busy_[t] += seconds;
   by_what_[w] += seconds;
+  by_track_what_[{t, w}] += seconds;
+  first_start_ns_ = std::min(first_start_ns_, start_ns);
+  last_end_ns_ = std::max(last_end_ns_, end_ns);
   if (events_.size() < max_spans_)
     events_.push_back({t, w, start_ns, end_ns});
   else
@@ -61,6 +65,16 @@ std::map<std::string, double> tracer::busy_seconds() const {
   std::map<std::string, double> out;
   for (size_t i = 0; i < tracks_.size(); ++i)
     out[tracks_[i]] = busy_[i];
+  return out;
+}
+
+tracer::activity tracer::activities() const {
+  std::lock_guard<std::mutex> guard{mutex_};
+  activity out;
+  for (auto& [key, seconds] : by_track_what_)
+    out.seconds[tracks_[static_cast<size_t>(key.first)]][names_[static_cast<size_t>(key.second)]] = seconds;
+  if (last_end_ns_ > first_start_ns_)
+    out.extent_s = static_cast<double>(last_end_ns_ - first_start_ns_) * 1e-9;
   return out;
 }
 

@@ -52,6 +52,7 @@ struct run_spec {
   uint64_t seed = 1;
   double hold_s = 0;        // probe job: the controller keeps the run up this long once every node joined
   bool probe_only = false;  // job = "probe": a connectivity check instead of the RL run
+  uint16_t dashboard_port = 0;  // the live dashboard on 127.0.0.1 (the controller node); 0: none
 };
 
 struct reward_spec {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <climits>
 #include <map>
 #include <mutex>
 #include <string>
@@ -35,6 +36,13 @@ class tracer {
     int64_t start_ns, end_ns;
   };
   std::vector<span_record> spans() const;
+  /// Seconds of every track in each kind of span, and the seconds from the
+  /// first span's start to the last one's end (the report's timeline summary).
+  struct activity {
+    std::map<std::string, std::map<std::string, double>> seconds;  // track -> what -> seconds
+    double extent_s = 0;
+  };
+  activity activities() const;
   /// Writes the Chrome-trace JSON atomically (files.hpp); throws file_error.
   void write_chrome_trace(const std::string& path) const;
 
@@ -72,6 +80,8 @@ class tracer {
   std::vector<event> events_;
   std::vector<double> busy_;     // by track
   std::vector<double> by_what_;  // by name
+  std::map<std::pair<int, int>, double> by_track_what_;
+  int64_t first_start_ns_ = INT64_MAX, last_end_ns_ = INT64_MIN;
   uint64_t spans_left_out_ = 0;
 };
 

@@ -1,0 +1,25 @@
+# Writes a C++ source defining one std::string_view per input file, its text
+# as a raw string literal: the report page's assets (uPlot from npm, the page's
+# own script and styles) become part of the areal binary at build time.
+#   cmake -DOUTPUT=file.cpp -DNAMESPACE=ns -DINPUTS="name=path|name=path" -P embed_text.cmake
+string(REPLACE "|" ";" INPUTS "${INPUTS}")
+set(text "// Generated at build time by cmake/embed_text.cmake; do not edit.\n#include <string_view>\n\nnamespace ${NAMESPACE} {\n")
+foreach(input IN LISTS INPUTS)
+  string(FIND "${input}" "=" eq)
+  string(SUBSTRING "${input}" 0 ${eq} name)
+  math(EXPR from "${eq} + 1")
+  string(SUBSTRING "${input}" ${from} -1 path)
+  if(NOT EXISTS "${path}")
+    message(FATAL_ERROR "${path} is missing: run bash .ci/setup (it runs npm ci in runtime/report)")
+  endif()
+  file(READ "${path}" content)
+  string(FIND "${content}" ")areal_embed\"" clash)
+  if(NOT clash EQUAL -1)
+    message(FATAL_ERROR "${path} contains the raw string's delimiter )areal_embed\"")
+  endif()
+  string(APPEND text "extern const std::string_view ${name};\nconst std::string_view ${name} = R\"areal_embed(${content})areal_embed\";\n")
+endforeach()
+string(APPEND text "}  // namespace ${NAMESPACE}\n")
+file(WRITE "${OUTPUT}.tmp" "${text}")
+file(COPY_FILE "${OUTPUT}.tmp" "${OUTPUT}" ONLY_IF_DIFFERENT)
+file(REMOVE "${OUTPUT}.tmp")
