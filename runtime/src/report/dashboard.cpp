@@ -4,6 +4,7 @@
 // as it is written; the timeline comes from the process's own tracer.
 #include <httplib.h>
 
+#include <chrono>
 #include <thread>
 
 #include "areal/runtime/report.hpp"
@@ -49,11 +50,19 @@ dashboard::dashboard(std::filesystem::path run_directory, uint16_t port, std::sh
     res.status = status;
     res.set_content(body, status == 200 ? "application/json" : "text/plain; charset=utf-8");
   });
+  // Not httplib's default options, whose SO_REUSEPORT would let a second server share a port in use.
+  s.http.set_socket_options([](socket_t fd) {
+    int yes = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   if (!s.http.bind_to_port("127.0.0.1", port))
     throw std::runtime_error("the live dashboard cannot listen on 127.0.0.1:" + std::to_string(port) +
                              " (in use?); choose another run.dashboard_port, or 0 for none");
   s.port = port;
   s.listener = std::thread([this] { server_->http.listen_after_bind(); });
+  // Serving before the constructor returns: a stop() before the loop began would not end it.
+  for (int i = 0; i < 5000 && !s.http.is_running(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
 dashboard::~dashboard() {

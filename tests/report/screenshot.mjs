@@ -1,0 +1,32 @@
+// A picture of a report's first section (the runs and their accuracy and reward
+// charts), as the README shows it, taken in Debian's Chromium, headless.
+//
+//   node tests/report/screenshot.mjs REPORT.html OUT.png
+import { chromium } from 'playwright-core';
+import path from 'node:path';
+
+const [report, out] = process.argv.slice(2);
+if (!report || !out) {
+  console.error('usage: node screenshot.mjs REPORT.html OUT.png');
+  process.exit(2);
+}
+const browser = await chromium.launch({
+  executablePath: '/usr/bin/chromium',
+  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+         '--disable-component-update', '--disable-sync'],
+});
+try {
+  const page = await browser.newPage({ viewport: { width: 1240, height: 900 } });
+  await page.route('**/*', (route) => (route.request().url().startsWith('file://') ? route.continue() : route.abort()));
+  await page.goto('file://' + path.resolve(report));
+  await page.waitForFunction(() => window.arealReport && window.arealReport.renders >= 1, null, { timeout: 30_000 });
+  // From the title to the end of the accuracy and reward charts.
+  const bottom = await page.evaluate(() => {
+    const staleness = [...document.querySelectorAll('h2')].find((h) => h.textContent === 'Staleness');
+    return staleness ? staleness.getBoundingClientRect().top + window.scrollY : 900;
+  });
+  await page.screenshot({ path: out, clip: { x: 0, y: 0, width: 1240, height: Math.ceil(bottom) } });
+  console.log(`wrote ${out}`);
+} finally {
+  await browser.close();
+}
