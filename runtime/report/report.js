@@ -78,12 +78,18 @@
       xAxis.splits = () => cats.map((_, i) => i);
       xAxis.values = (u, splits) => splits.map((v) => cats[v] ?? '');
       scales.x.range = () => [-0.5, cats.length - 0.5];
+      if (cats.join('').length * 7 > 480) {  // labels that would overlap: slanted, the chart taller by as much
+        const longest = Math.min(28, Math.max(...cats.map((c) => c.length)));
+        xAxis.values = (u, splits) => splits.map((v) => { const c = cats[v] ?? ''; return c.length > 28 ? c.slice(0, 27) + '…' : c; });
+        xAxis.rotate = -25;
+        xAxis.size = 30 + 3 * longest;
+      }
     }
     if (spec.logX) scales.x.distr = 3;
     if (spec.yRange) scales.y.range = spec.yRange;
     else if (barLines.length) scales.y.range = (u, min, max) => [0, max > 0 ? max * 1.1 : 1];  // bars stand on zero
     const opts = {
-      width: 590, height: 250, scales, series,
+      width: 590, height: 200 + (xAxis.size || 50), scales, series,
       axes: [xAxis, { label: spec.yLabel, size: 60 }],
       legend: { live: false },
       cursor: { drag: { x: true, y: false } },
@@ -210,7 +216,7 @@
             { label: 'paper', x: t1.map((_, i) => i), y: t1.map((r) => r.paper_speedup), bars: true }] });
       const sc = b.data.scaling || [];
       if (sc.length)
-        chart(g, { title: `Scaling efficiency at fixed work per device (Fig. 4): ${b.file}`, xLabel: 'devices', yLabel: 'of linear', logX: true,
+        chart(g, { title: `Scaling efficiency at fixed work per device (Fig. 4): ${b.file}`, xLabel: 'devices', yLabel: 'of linear', logX: true, yRange: [0, 1.1],
           lines: [{ label: 'simulated', x: sc.map((r) => r.devices), y: sc.map((r) => r.efficiency), points: true }] });
     },
     bench_generation(g, b) {
@@ -223,11 +229,12 @@
     },
     bench_weight_sync(g, b) {
       const rows = b.data.rows || [];
-      const keys = [...new Set(rows.map((r) => r.path + ', ' + r.receivers + ' receiver(s)'))];
-      chart(g, { title: `Weight sync rate by path and size: ${b.file}`, xLabel: 'weights (MiB)', yLabel: 'GB/s', logX: true,
+      const paths = [...new Set(rows.map((r) => r.path))];
+      const keys = [...new Set(rows.map((r) => r.size_mib + ' MiB to ' + r.receivers))];
+      chart(g, { title: `Weight sync rate by path: ${b.file}`, xLabel: 'path', yLabel: 'GB/s', categories: paths,
         lines: keys.map((k) => {
-          const mine = rows.filter((r) => r.path + ', ' + r.receivers + ' receiver(s)' === k);
-          return { label: k, x: mine.map((r) => r.size_mib), y: mine.map((r) => r.gb_per_s), points: true };
+          const mine = rows.filter((r) => r.size_mib + ' MiB to ' + r.receivers === k);
+          return { label: k, x: mine.map((r) => paths.indexOf(r.path)), y: mine.map((r) => r.gb_per_s), bars: true };
         }) });
     },
   };

@@ -1,5 +1,6 @@
-// A picture of a report's first section (the runs and their accuracy and reward
-// charts), as the README shows it, taken in Debian's Chromium, headless.
+// A picture of a report's top (the runs and their held-out accuracy against
+// wall-clock time and step), as the README shows it, taken in Debian's
+// Chromium, headless.
 //
 //   node tests/report/screenshot.mjs REPORT.html OUT.png
 import { chromium } from 'playwright-core';
@@ -20,10 +21,10 @@ try {
   await page.route('**/*', (route) => (route.request().url().startsWith('file://') ? route.continue() : route.abort()));
   await page.goto('file://' + path.resolve(report));
   await page.waitForFunction(() => window.arealReport && window.arealReport.renders >= 1, null, { timeout: 30_000 });
-  // From the title to the end of the accuracy and reward charts.
+  // From the title to the first chart after the accuracy charts.
   const bottom = await page.evaluate(() => {
-    const staleness = [...document.querySelectorAll('h2')].find((h) => h.textContent === 'Staleness');
-    return staleness ? staleness.getBoundingClientRect().top + window.scrollY : 900;
+    const third = document.querySelectorAll('.chart')[2];
+    return third ? third.getBoundingClientRect().top + window.scrollY : 900;
   });
   await page.screenshot({ path: out, clip: { x: 0, y: 0, width: 1240, height: Math.ceil(bottom) } });
   console.log(`wrote ${out}`);
