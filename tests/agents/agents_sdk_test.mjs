@@ -9,7 +9,7 @@
 //   node agents_sdk_test.mjs AREAL_BINARY CONFIG WORK_DIR
 import { spawn } from 'node:child_process';
 import { readFileSync, existsSync, mkdirSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
+import { freePort } from '../support/free_port.mjs';
 import path from 'node:path';
 import OpenAI from 'openai';
 import { Agent, run, tool, setTracingDisabled } from '@openai/agents';
@@ -28,15 +28,6 @@ const check = (ok, what) => {
 };
 const deadline = Date.now() + 240_000;  // the whole test, bounded
 
-const freePort = () =>
-  new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
 
 const port = await freePort();
 const base = `http://127.0.0.1:${port}`;

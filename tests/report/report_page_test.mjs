@@ -10,7 +10,7 @@
 //   node report_page_test.mjs AREAL_BINARY CONFIG WORK_DIR
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, rmSync, writeFileSync, readFileSync } from 'node:fs';
-import { createServer } from 'node:net';
+import { freePort } from '../support/free_port.mjs';
 import path from 'node:path';
 import { chromium } from 'playwright-core';
 
@@ -25,15 +25,6 @@ const check = (ok, what) => {
   console.log(`${ok ? 'ok  ' : 'FAIL'} ${what}`);
 };
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-const freePort = () =>
-  new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
 rmSync(work, { recursive: true, force: true });
 mkdirSync(work, { recursive: true });
 const run = (name, extra) => ['--config', config, '--set', `run.output_dir=${work}`, '--set', `run.name=${name}`, ...extra];
