@@ -34,6 +34,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_common.hpp"
+#include "bench_jobs.hpp"
 
 #include "areal/actors/rl_job.hpp"
 #include "areal/kernels/allocator.hpp"
@@ -46,54 +47,13 @@
 
 namespace fs = std::filesystem;
 using namespace areal;
+using areal::bench::make_config;
+using areal::bench::run_job;
 using areal::bench::seconds_since;
+using areal::bench::workload;
 using clock_type = std::chrono::steady_clock;
 
 namespace {
-
-struct workload {
-  std::string name;
-  std::string preset;
-  int64_t max_value, max_terms;
-  double median_terms, truncated_fraction;
-  int64_t max_new_tokens, sft_steps, rl_steps, batch_size, group_size, eval_prompts;
-  std::vector<std::string> extra;  // further --set overrides of every run
-};
-
-std::string config_text(const workload& w, int threads) {
-  std::ostringstream os;
-  os << "[run]\nname = \"bench\"\nseed = 5\n\n[model]\npreset = \"" << w.preset << "\"\n\n"
-     << "[task]\nmax_value = " << w.max_value << "\nmedian_terms = " << w.median_terms
-     << "\nmax_terms = " << w.max_terms << "\ntruncated_fraction = " << w.truncated_fraction << "\n\n"
-     << "[sft]\nsteps = " << w.sft_steps << "\n\n"
-     << "[rl]\nsteps = " << w.rl_steps << "\nbatch_size = " << w.batch_size << "\ngroup_size = " << w.group_size
-     << "\nmax_new_tokens = " << w.max_new_tokens << "\ncheckpoint_every = 0\n\n"
-     << "[eval]\nprompts = " << w.eval_prompts << "\nevery = 0\n\n"
-     << "[[nodes]]\nname = \"local\"\nroles = [\"controller\", \"trainer\", \"rollout\", \"reward\"]\n"
-     << "compute_threads = " << threads << "\n";
-  return os.str();
-}
-
-run_config make_config(const workload& w, int threads, std::vector<std::string> overrides) {
-  overrides.insert(overrides.begin(), w.extra.begin(), w.extra.end());
-  auto r = parse_config(config_text(w, threads), "bench.toml", overrides);
-  if (!r.config) {
-    std::cerr << "bench configuration: " << r.errors.front() << "\n";
-    std::exit(1);
-  }
-  return *r.config;
-}
-
-rl_job_result run_job(const run_config& config, const fs::path& dir, int threads, bool share) {
-  rl_job_options o;
-  o.config = config;
-  o.run_dir = dir;
-  o.compute_threads = threads;
-  o.share_cores = share;
-  o.progress = false;
-  std::atomic<bool> stop{false};
-  return run_rl_job(o, stop);
-}
 
 struct capacity {
   double generation = 0;  // response tokens/s, full continuous batch

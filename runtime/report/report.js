@@ -219,6 +219,19 @@
         chart(g, { title: `Scaling efficiency at fixed work per device (Fig. 4): ${b.file}`, xLabel: 'devices', yLabel: 'of linear', logX: true, yRange: [0, 1.1],
           lines: [{ label: 'simulated', x: sc.map((r) => r.devices), y: sc.map((r) => r.efficiency), points: true }] });
     },
+    bench_staleness(g, b) {
+      const rows = b.data.rows;
+      const etas = [...new Set(rows.map((r) => String(r.eta)))];
+      const objectives = [...new Set(rows.map((r) => r.objective))];
+      const of = (o, key) => etas.map((e) => (rows.find((r) => r.objective === o && String(r.eta) === e) || {})[key] ?? null);
+      chart(g, { title: `Held-out accuracy by η, decoupled vs plain PPO (mean over seeds): ${b.file}`, xLabel: 'η (0: synchronous)',
+        yLabel: 'accuracy %', categories: etas,
+        lines: objectives.map((o) => ({ label: o, x: etas.map((_, i) => i), y: of(o, 'accuracy_mean'), bars: true })),
+        note: 'spread (sd over seeds): ' + objectives.map((o) => o + ' ' + of(o, 'accuracy_sd').map((v) => fmt(v, 2)).join('/')).join('; ') +
+          (finite(b.data.accuracy_before) ? '; before RL ' + fmt(b.data.accuracy_before) + '%' : '') });
+      chart(g, { title: `Staleness the runs had, per token: ${b.file}`, xLabel: 'η (0: synchronous)', yLabel: 'versions behind (mean)',
+        categories: etas, lines: objectives.map((o) => ({ label: o, x: etas.map((_, i) => i), y: of(o, 'token_staleness_mean'), points: true })) });
+    },
     bench_generation(g, b) {
       const models = Object.entries(b.data).filter(([, v]) => v && typeof v === 'object' && v.decode);
       chart(g, { title: `Decode efficiency by batch (model GFLOP/s ÷ GEMM rate): ${b.file}`, xLabel: 'batch', yLabel: 'efficiency', logX: true,

@@ -120,6 +120,11 @@ try {
     'simulate.json': { bench: 'bench_simulate', eta: [{ eta: '0', paper_k_tokens_per_s: 128.7, run: { steady_tokens_per_s: 1e5 } },
       { eta: 'inf', paper_k_tokens_per_s: 396.8, run: { steady_tokens_per_s: 3e5 } }],
       table1: [{ model: 'qwen2-1.5b', speedup: 1.9, paper_speedup: 2.77 }], scaling: [{ devices: 16, efficiency: 1 }, { devices: 512, efficiency: 0.98 }] },
+    'staleness.json': { bench: 'bench_staleness', accuracy_before: 5, rows: [
+      { objective: 'decoupled', eta: '0', accuracy_mean: 30, accuracy_sd: 1, token_staleness_mean: 0 },
+      { objective: 'decoupled', eta: 'inf', accuracy_mean: 28, accuracy_sd: 2, token_staleness_mean: 3.5 },
+      { objective: 'plain', eta: '0', accuracy_mean: 30, accuracy_sd: 1, token_staleness_mean: 0 },
+      { objective: 'plain', eta: 'inf', accuracy_mean: 20, accuracy_sd: 4, token_staleness_mean: 3.4 }] },
     'generation.json': { bench: 'bench_generation', tiny: { decode: { 1: { efficiency: 0.1 }, 64: { efficiency: 0.6 } } } },
     'weight_sync.json': { bench: 'bench_weight_sync', rows: [{ path: 'gloo', size_mib: 16, receivers: 1, gb_per_s: 1.5 },
       { path: 'gloo', size_mib: 256, receivers: 1, gb_per_s: 2.5 }] },
@@ -138,8 +143,8 @@ try {
   check(!/<script[^>]+src=|<link[^>]+href=/.test(html), 'the report loads no script or style from elsewhere');
   const report = await openPage('file://' + out, 'file://');
   const facts = await chartFacts(report.page);
-  // 2 runs: 4 accuracy/reward + 3 staleness + 2 throughput + 2 idle + 2 accounting; benchmarks: 1 + 3 + 1 + 1.
-  checkCharts(facts, 'report', 19);
+  // 2 runs: 4 accuracy/reward + 3 staleness + 2 throughput + 2 idle + 2 accounting; benchmarks: 1 + 3 + 2 + 1 + 1.
+  checkCharts(facts, 'report', 21);
   check(facts.empty.length === 0, `report: no chart without data (${facts.empty.join('; ')})`);
   const labels = await report.page.evaluate(() => window.arealReport.charts[0].plot.series.slice(1).map((s) => s.label));
   check(labels.length === 2 && labels[0].includes('sync') && labels[1].includes('async'),

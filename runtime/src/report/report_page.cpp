@@ -15,7 +15,8 @@ using nlohmann::json;
 
 namespace {
 
-const char* const bench_kinds = "bench_async_vs_sync, bench_simulate, bench_generation or bench_weight_sync";
+const char* const bench_kinds =
+    "bench_async_vs_sync, bench_simulate, bench_staleness, bench_generation or bench_weight_sync";
 
 // Which benchmark wrote this JSON: its "bench" field, or the shape of files written before it had one.
 std::string bench_kind(const json& b) {
@@ -66,6 +67,9 @@ void check_bench(const std::string& kind, const json& b, const fs::path& file) {
       numbers(b["table1"], {"model", "speedup", "paper_speedup"}, "table1");
     if (b.contains("scaling"))
       numbers(b["scaling"], {"devices", "efficiency"}, "scaling");
+  } else if (kind == "bench_staleness") {
+    numbers(b.value("rows", json()), {"objective", "eta", "accuracy_mean", "accuracy_sd", "token_staleness_mean"},
+            "rows");
   } else if (kind == "bench_generation") {
     bool any = false;
     for (auto& [name, v] : b.items())

@@ -1,0 +1,50 @@
+// The real RL job as the benchmarks run it (see bench_jobs.hpp).
+#include "bench_jobs.hpp"
+
+#include <atomic>
+#include <cstdlib>
+#include <iostream>
+#include <sstream>
+
+namespace areal::bench {
+
+namespace {
+
+std::string config_text(const workload& w, int threads) {
+  std::ostringstream os;
+  os << "[run]\nname = \"bench\"\nseed = 5\n\n[model]\npreset = \"" << w.preset << "\"\n\n"
+     << "[task]\nmax_value = " << w.max_value << "\nmedian_terms = " << w.median_terms
+     << "\nmax_terms = " << w.max_terms << "\ntruncated_fraction = " << w.truncated_fraction << "\n\n"
+     << "[sft]\nsteps = " << w.sft_steps << "\n\n"
+     << "[rl]\nsteps = " << w.rl_steps << "\nbatch_size = " << w.batch_size << "\ngroup_size = " << w.group_size
+     << "\nmax_new_tokens = " << w.max_new_tokens << "\ncheckpoint_every = 0\n\n"
+     << "[eval]\nprompts = " << w.eval_prompts << "\nevery = 0\n\n"
+     << "[[nodes]]\nname = \"local\"\nroles = [\"controller\", \"trainer\", \"rollout\", \"reward\"]\n"
+     << "compute_threads = " << threads << "\n";
+  return os.str();
+}
+
+}  // namespace
+
+run_config make_config(const workload& w, int threads, std::vector<std::string> overrides) {
+  overrides.insert(overrides.begin(), w.extra.begin(), w.extra.end());
+  auto r = parse_config(config_text(w, threads), "bench.toml", overrides);
+  if (!r.config) {
+    std::cerr << "bench configuration: " << r.errors.front() << "\n";
+    std::exit(1);
+  }
+  return *r.config;
+}
+
+rl_job_result run_job(const run_config& config, const std::filesystem::path& dir, int threads, bool share) {
+  rl_job_options o;
+  o.config = config;
+  o.run_dir = dir;
+  o.compute_threads = threads;
+  o.share_cores = share;
+  o.progress = false;
+  std::atomic<bool> stop{false};
+  return run_rl_job(o, stop);
+}
+
+}  // namespace areal::bench

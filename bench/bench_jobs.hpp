@@ -1,0 +1,32 @@
+// The real RL job as the benchmarks run it: a workload of the running-sums
+// task on a preset model, its configuration, and one run in this process.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "areal/actors/rl_job.hpp"
+#include "areal/runtime/config.hpp"
+
+namespace areal::bench {
+
+struct workload {
+  std::string name;
+  std::string preset;
+  int64_t max_value, max_terms;
+  double median_terms, truncated_fraction;
+  int64_t max_new_tokens, sft_steps, rl_steps, batch_size, group_size, eval_prompts;
+  std::vector<std::string> extra;  // further --set overrides of every run
+};
+
+/// The workload's configuration (one node with every role on `threads`
+/// compute threads, no checkpoints, evaluation before and after only), with
+/// the workload's and then these overrides applied; exits on an invalid one.
+run_config make_config(const workload& w, int threads, std::vector<std::string> overrides);
+
+/// One run of the job in this process, writing into `dir`; `share`: the
+/// rollout and trainer sides share the cores (false: a static split).
+rl_job_result run_job(const run_config& config, const std::filesystem::path& dir, int threads, bool share);
+
+}  // namespace areal::bench
