@@ -145,19 +145,7 @@ int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::warn);
 
   std::vector<workload> workloads = {
-      {"demo (tiny preset, running sums, median 3 terms)",
-       "tiny",
-       9,
-       8,
-       3.0,
-       0.6,
-       32,
-       opts.quick ? 150 : 600,
-       opts.quick ? 6 : 30,
-       64,
-       8,
-       opts.quick ? 64 : 256,
-       {}},
+      bench::demo_workload(opts.quick ? 150 : 600, opts.quick ? 6 : 30, opts.quick ? 64 : 256),
       {"long tail (small preset, running sums of 2-32 terms up to 99, median 5)",
        "small",
        99,

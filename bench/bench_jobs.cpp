@@ -26,6 +26,22 @@ std::string config_text(const workload& w, int threads) {
 
 }  // namespace
 
+workload demo_workload(int64_t sft_steps, int64_t rl_steps, int64_t eval_prompts, std::vector<std::string> extra) {
+  return {"demo (tiny preset, running sums, median 3 terms)",
+          "tiny",
+          9,
+          8,
+          3.0,
+          0.6,
+          32,
+          sft_steps,
+          rl_steps,
+          64,
+          8,
+          eval_prompts,
+          std::move(extra)};
+}
+
 run_config make_config(const workload& w, int threads, std::vector<std::string> overrides) {
   overrides.insert(overrides.begin(), w.extra.begin(), w.extra.end());
   auto r = parse_config(config_text(w, threads), "bench.toml", overrides);

@@ -20,6 +20,11 @@ struct workload {
   std::vector<std::string> extra;  // further --set overrides of every run
 };
 
+/// The demo's workload (configs/single_node.toml): the tiny preset on running
+/// sums (median 3 terms, up to 8), 60% of the demonstrations cut short, 32 new
+/// tokens, 64 samples per step in groups of 8.
+workload demo_workload(int64_t sft_steps, int64_t rl_steps, int64_t eval_prompts, std::vector<std::string> extra = {});
+
 /// The workload's configuration (one node with every role on `threads`
 /// compute threads, no checkpoints, evaluation before and after only), with
 /// the workload's and then these overrides applied; exits on an invalid one.

@@ -8,6 +8,9 @@
 //   (d) scaling from 16 to 512 devices at fixed work per device (Fig. 4);
 //   (e) the real controller's capacity, measured in this run, against the
 //       rate the 512-device run asks of it;
+//   (f) validation on this machine: the real job's bench_async_vs_sync rows
+//       (sync, eta = 1, 2, 4, 8 on the demo's workload) measured, and predicted
+//       by the simulator with the cost model measured here in the same run;
 //   plus the schedule log's repeatability and the sensitivity of (a) to the
 //   assumed decode step overhead.
 // Every paper number is printed beside ours. Where they differ, the lines say
@@ -23,8 +26,11 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "areal/kernels/allocator.hpp"
+#include "areal/runtime/blas_core.hpp"
 #include "areal/sim/simulate_command.hpp"
 #include "areal/sim/simulation.hpp"
+#include "sim_validation.hpp"
 
 using namespace areal::sim;
 
@@ -95,6 +101,8 @@ std::string eta_name(int64_t eta) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  areal::fit_blas_core(argc, argv);  // (f) runs the real engine and trainer
+  areal::kernels::tune_allocator();
   auto opts = parse(argc, argv);
   spdlog::set_level(spdlog::level::warn);  // the controller's lines of every simulated run
   auto started = std::chrono::steady_clock::now();
@@ -274,6 +282,15 @@ int main(int argc, char** argv) {
     report["replay"] = {{"identical", same}, {"bytes", a.schedule_log.size()}};
     if (!opts.log_path.empty())
       std::ofstream(opts.log_path) << a.schedule_log;
+  }
+  // (f) Validation on this machine.
+  {
+    auto threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    std::cout << fmt::format("\n(f) validation on this machine ({} compute threads): the real job's rows of "
+                             "bench_async_vs_sync (demo workload) against the simulator with the cost model measured "
+                             "here now\n",
+                             threads);
+    report["validation"] = areal::bench::validate_on_this_machine(opts.quick, threads, std::cout);
   }
   double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::cout << fmt::format("bench_simulate took {:.0f} s\n", wall);

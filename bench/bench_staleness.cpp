@@ -87,19 +87,9 @@ int main(int argc, char** argv) {
             << (opts.quick ? "; --quick" : "") << "\n";
   spdlog::set_level(spdlog::level::warn);
 
-  bench::workload w{"demo task, lr 4e-4, up to four batches in flight",
-                    "tiny",
-                    9,
-                    8,
-                    3.0,
-                    0.6,
-                    32,
-                    opts.quick ? 200 : 600,
-                    opts.quick ? 30 : 150,
-                    64,
-                    8,
-                    opts.quick ? 128 : 256,
-                    {"rl.lr=4e-4", "rl.max_concurrent=256"}};
+  auto w = bench::demo_workload(opts.quick ? 200 : 600, opts.quick ? 30 : 150, opts.quick ? 128 : 256,
+                                {"rl.lr=4e-4", "rl.max_concurrent=256"});
+  w.name = "the demo's, with lr 4e-4 and up to four batches in flight";
   std::vector<int64_t> etas = opts.quick ? std::vector<int64_t>{0, 4, unbounded}
                                          : std::vector<int64_t>{0, 2, 4, 8, 16, unbounded};
   std::vector<uint64_t> seeds = opts.quick ? std::vector<uint64_t>{1} : std::vector<uint64_t>{1, 2, 3};

@@ -313,3 +313,32 @@ TEST_CASE("areal simulate prints its result and writes the JSON and schedule log
   CHECK(simulate_command(parse({"rl.interruption=\"keep_cache\""}), out2, err2) == 2);
   CHECK(err2.str().find("nothing was simulated") != std::string::npos);
 }
+
+TEST_CASE("on one node's shared cores the engine and the trainer slow each other only while both compute") {
+  auto setup = small_setup();
+  setup.devices = 2;  // one engine and the trainer
+  setup.generation_share = 0.5;
+  auto alone = dynamic_cast<const fitted_costs&>(*setup.costs).rates();
+  auto slower = alone;  // every cost twice as high while the other side computes
+  for (auto* x : {&slower.decode_base, &slower.decode_per_sequence, &slower.decode_per_context,
+                  &slower.prefill_per_token, &slower.train_base, &slower.train_per_token})
+    *x *= 2;
+  auto own_cores = simulate(setup);
+  setup.costs = std::make_shared<fitted_costs>(alone, slower);
+  auto shared = simulate(setup);
+  setup.costs = std::make_shared<fitted_costs>(slower);
+  auto always_slow = simulate(setup);
+  REQUIRE(shared.steps == setup.steps);
+  CHECK(shared.virtual_seconds > own_cores.virtual_seconds * 1.05);     // they slowed each other...
+  CHECK(shared.virtual_seconds < always_slow.virtual_seconds * 0.95);   // ...only while both computed
+  // Synchronous: generation and training alternate, never computing together.
+  setup.colocated = true;
+  setup.eta = 0;
+  setup.devices = 1;
+  setup.costs = std::make_shared<fitted_costs>(alone);
+  auto sync_own = simulate(setup);
+  setup.costs = std::make_shared<fitted_costs>(alone, slower);
+  auto sync_shared = simulate(setup);
+  CHECK(sync_shared.virtual_seconds == sync_own.virtual_seconds);
+  CHECK(sync_shared.schedule_hash == sync_own.schedule_hash);
+}

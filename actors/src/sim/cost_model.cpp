@@ -179,7 +179,23 @@ std::string roofline_costs::describe() const {
   return os.str();
 }
 
-fitted_costs::fitted_costs(measured_rates rates) : rates_(std::move(rates)) {}
+namespace {
+
+std::string describe_rates(const measured_rates& r) {
+  return fmt::format(
+      "decode step = {:.3g} ms + {:.3g} ms x batch + {:.3g} us x context tokens\n"
+      "  prefill = {:.3g} us x token + {:.3g} ns x attended\n"
+      "  training step = {:.3g} ms + {:.3g} us x token + {:.3g} ns x attended\n"
+      "  weights to the workers: {:.3g} ms per version\n  source: {}\n",
+      r.decode_base * 1e3, r.decode_per_sequence * 1e3, r.decode_per_context * 1e6, r.prefill_per_token * 1e6,
+      r.prefill_per_attended * 1e9, r.train_base * 1e3, r.train_per_token * 1e6, r.train_per_attended * 1e9,
+      r.transfer * 1e3, r.source);
+}
+
+}  // namespace
+
+fitted_costs::fitted_costs(measured_rates rates, std::optional<measured_rates> shared)
+    : rates_(std::move(rates)), sharing_(shared ? std::make_shared<fitted_costs>(std::move(*shared)) : nullptr) {}
 
 double fitted_costs::decode_step_seconds(int64_t batch, double context_tokens) const {
   return rates_.decode_base + rates_.decode_per_sequence * double(batch) + rates_.decode_per_context * context_tokens;
@@ -204,15 +220,10 @@ double fitted_costs::kv_capacity_tokens() const {
 }
 
 std::string fitted_costs::describe() const {
-  auto& r = rates_;
-  return fmt::format(
-      "measured here: decode step = {:.3g} ms + {:.3g} ms x batch + {:.3g} us x context tokens\n"
-      "  prefill = {:.3g} us x token + {:.3g} ns x attended\n"
-      "  training step = {:.3g} ms + {:.3g} us x token + {:.3g} ns x attended\n"
-      "  weights to the workers: {:.3g} ms per version\n  source: {}\n",
-      r.decode_base * 1e3, r.decode_per_sequence * 1e3, r.decode_per_context * 1e6, r.prefill_per_token * 1e6,
-      r.prefill_per_attended * 1e9, r.train_base * 1e3, r.train_per_token * 1e6, r.train_per_attended * 1e9,
-      r.transfer * 1e3, r.source);
+  auto text = std::string{sharing_ ? "measured here, each side alone: " : "measured here: "} + describe_rates(rates_);
+  if (sharing_)
+    text += "measured here, while the other side computes on the same cores: " + describe_rates(sharing_->rates_);
+  return text;
 }
 
 std::vector<double> fit_nonnegative(const std::vector<std::vector<double>>& x, const std::vector<double>& y) {

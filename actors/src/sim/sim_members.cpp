@@ -72,6 +72,8 @@ struct engine_state {
   // The segment in flight: a prefill, then `steps` decode steps of `batch` sequences
   // starting from `context` tokens; its tick (id) comes at `end`.
   bool running = false;
+  bool computing = false;  // counted in sim_world::engines_computing
+  bool shared = false;     // the segment runs while the trainer computes on the same cores
   uint64_t id = 0;
   int64_t start = 0, prefill_end = 0, end = 0, steps = 0, batch = 0;
   double context = 0;
@@ -79,8 +81,24 @@ struct engine_state {
 
 using engine_pointer = caf::stateful_actor<engine_state>*;
 
+// The costs of the engine's segment: on cores of its own, or shared with the trainer computing now.
+const cost_model& segment_costs(const engine_state& st) {
+  auto& costs = *st.world->setup.costs;
+  return st.shared ? *costs.when_sharing() : costs;
+}
+
 int64_t step_ns(const engine_state& st, int64_t batch, double context) {
-  return std::max<int64_t>(1, to_ns(st.world->setup.costs->decode_step_seconds(batch, context)));
+  return std::max<int64_t>(1, to_ns(segment_costs(st).decode_step_seconds(batch, context)));
+}
+
+// On shared cores the trainer's speed depends on whether an engine computes: tell it when that changes.
+void set_computing(engine_state& st, bool computing) {
+  if (st.computing == computing)
+    return;
+  st.computing = computing;
+  st.world->engines_computing += computing ? 1 : -1;
+  if (st.world->setup.costs->when_sharing())
+    caf::anon_send(st.world->store, sim_load_atom::value);
 }
 
 double context_of(const std::vector<sim_sequence>& seqs) {
@@ -137,8 +155,11 @@ void plan(engine_pointer self, int64_t now) {
     st.waiting.pop_front();
   }
   st.running = !st.active.empty();
+  set_computing(st, st.running);
   if (!st.running)
     return;
+  st.shared = w.training && costs.when_sharing();
+  auto& now_costs = segment_costs(st);
   double fresh_tokens = 0, fresh_attended = 0, again_tokens = 0, again_attended = 0;
   int64_t steps = INT64_MAX;
   for (auto& s : st.active) {
@@ -150,8 +171,8 @@ void plan(engine_pointer self, int64_t now) {
     (s.generated > 0 ? again_attended : fresh_attended) += 0.5 * n * (n + 1);
     s.cached = true;
   }
-  int64_t again = again_tokens > 0 ? to_ns(costs.prefill_seconds(again_tokens, again_attended)) : 0;
-  int64_t prefill = again + (fresh_tokens > 0 ? to_ns(costs.prefill_seconds(fresh_tokens, fresh_attended)) : 0);
+  int64_t again = again_tokens > 0 ? to_ns(now_costs.prefill_seconds(again_tokens, again_attended)) : 0;
+  int64_t prefill = again + (fresh_tokens > 0 ? to_ns(now_costs.prefill_seconds(fresh_tokens, fresh_attended)) : 0);
   w.reprefill_ns += again;
   st.batch = static_cast<int64_t>(st.active.size());
   st.context = context_of(st.active);
@@ -247,6 +268,11 @@ caf::behavior engine_behavior(engine_pointer self, sim_world* world, std::string
         timed_handler timed{*self->state.world};
         segment_done(self, id);
       },
+      [self](sim_load_atom) {  // the trainer started or stopped: the next segment runs at the new speed
+        timed_handler timed{*self->state.world};
+        if (self->state.running)
+          cut_segment(self, self->state.world->now_ns(self->clock()));
+      },
   };
 }
 
@@ -310,7 +336,32 @@ struct store_state {
   caf::response_promise training;
   train_report report;
   int64_t train_start = 0;
+  // The step in flight as work done at a speed that changes with the engines
+  // computing beside it (shared cores): the share of it left, when that was
+  // counted, its length alone and shared, and the tick that ends it.
+  double work_left = 0;
+  int64_t counted_at = 0;
+  bool counted_shared = false;  // at the shared speed since counted_at
+  double alone_s = 0, shared_s = 0;
+  uint64_t tick = 0;
 };
+
+// The training step's end from now at the speed the engines computing now allow.
+void schedule_step_end(caf::stateful_actor<store_state>* self, int64_t now) {
+  auto& st = self->state;
+  st.counted_shared = st.world->engines_computing > 0;
+  double seconds = st.counted_shared ? st.shared_s : st.alone_s;
+  st.counted_at = now;
+  self->delayed_send(self, std::chrono::nanoseconds(to_ns(st.work_left * seconds)), sim_trained_atom::value,
+                     ++st.tick);
+}
+
+// The engines run at a new speed now that training started or stopped.
+void tell_engines(store_state& st) {
+  if (st.world->setup.costs->when_sharing())
+    for (auto& e : st.engines)
+      caf::anon_send(e, sim_load_atom::value);
+}
 
 caf::behavior store_behavior(caf::stateful_actor<store_state>* self, sim_world* world, std::vector<caf::actor> engines) {
   self->state.world = world;
@@ -349,18 +400,40 @@ caf::behavior store_behavior(caf::stateful_actor<store_state>* self, sim_world* 
           st.slots.erase(it);
         }
         r.max_staleness = st.version - oldest;
-        r.seconds = w.setup.costs->train_seconds(lengths, w.setup.trainer_devices());
+        auto& costs = *w.setup.costs;
+        st.alone_s = costs.train_seconds(lengths, w.setup.trainer_devices());
+        st.shared_s = costs.when_sharing() ? costs.when_sharing()->train_seconds(lengths, w.setup.trainer_devices())
+                                           : st.alone_s;
+        st.work_left = 1;
         st.report = r;
         st.train_start = now;
         st.training = self->make_response_promise();
+        w.training = true;
+        tell_engines(st);
         w.record(now, fmt::format("train version={} samples={} tokens={}", r.version, r.samples, r.tokens));
-        self->delayed_send(self, std::chrono::nanoseconds(to_ns(r.seconds)), sim_trained_atom::value);
+        schedule_step_end(self, now);
       },
-      [self](sim_trained_atom) {
+      [self](sim_load_atom) {  // an engine started or stopped computing beside the step in flight
+        timed_handler timed{*self->state.world};
+        auto& st = self->state;
+        if (!st.world->training)
+          return;
+        auto now = st.world->now_ns(self->clock());
+        // The work done since it was last counted, at the speed it had.
+        double seconds = st.counted_shared ? st.shared_s : st.alone_s;
+        st.work_left = std::max(0.0, st.work_left - double(now - st.counted_at) * 1e-9 / seconds);
+        schedule_step_end(self, now);
+      },
+      [self](sim_trained_atom, uint64_t tick) {
         timed_handler timed{*self->state.world};
         auto& st = self->state;
         auto& w = *st.world;
+        if (tick != st.tick || !w.training)
+          return;  // the step's end moved: a later tick ends it
         auto now = w.now_ns(self->clock());
+        w.training = false;
+        tell_engines(st);
+        st.report.seconds = double(now - st.train_start) * 1e-9;
         w.trainer_busy_ns += now - st.train_start;
         st.version = st.report.version;
         w.trained.push_back({st.version, double(now) * 1e-9, st.report.samples, st.report.tokens,

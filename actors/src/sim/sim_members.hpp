@@ -19,6 +19,7 @@ using sim_score_atom = caf::atom_constant<caf::atom("simscore")>;
 using sim_scored_atom = caf::atom_constant<caf::atom("simscored")>;
 using sim_keep_atom = caf::atom_constant<caf::atom("simkeep")>;
 using sim_trained_atom = caf::atom_constant<caf::atom("simtrained")>;
+using sim_load_atom = caf::atom_constant<caf::atom("simload")>;  // the other side started or stopped computing
 
 /// What the simulated members share with the driver (one thread: no locks).
 struct sim_world {
@@ -37,6 +38,10 @@ struct sim_world {
   int64_t engine_busy_ns = 0, reprefill_ns = 0, trainer_busy_ns = 0;
   std::vector<step_point> trained;
   int64_t member_wall_ns = 0;  // real time spent in the simulated members' handlers
+  // Cores shared by the engines and the trainer (cost_model::when_sharing): who computes now.
+  int64_t engines_computing = 0;
+  bool training = false;
+  caf::actor store;
 
   /// Nanoseconds of virtual time since the start.
   int64_t now_ns(const caf::actor_clock& clock) const;

@@ -111,6 +111,7 @@ sim_result simulate(const sim_setup& setup) {
     engines.push_back(spawn_engine(sys, world, "engine-" + std::to_string(e)));
   auto scorers = spawn_scorers(sys, world);
   auto store = spawn_store(sys, world, engines);
+  world.store = store;
   auto listener = spawn_listener(sys, world);
 
   controller_setup c;
@@ -120,7 +121,7 @@ sim_result simulate(const sim_setup& setup) {
   c.batch_size = setup.batch_prompts * setup.group_size;
   c.eta = setup.eta < 0 ? unbounded_eta : setup.eta;
   c.rollout_slots = world.slots;
-  c.max_concurrent = c.rollout_slots * setup.engines();
+  c.max_concurrent = setup.max_concurrent > 0 ? setup.max_concurrent : c.rollout_slots * setup.engines();
   c.total_steps = setup.steps;
   c.seed = setup.work.seed;
   for (auto& e : engines)

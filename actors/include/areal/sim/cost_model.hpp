@@ -14,6 +14,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -90,6 +92,11 @@ class cost_model {
   virtual int64_t devices_per_node() const { return 1; }
   /// The parameters and their sources, one per line.
   virtual std::string describe() const = 0;
+
+  /// On one CPU node the rollout engine and the trainer share the cores, so
+  /// each runs slower while the other computes: the costs then. nullptr (the
+  /// default): devices of their own, as GPUs.
+  virtual const cost_model* when_sharing() const { return nullptr; }
 };
 
 /// A model on a GPU: decode steps are bound by memory bandwidth or FLOPs,
@@ -125,19 +132,23 @@ struct measured_rates {
   std::string source;   // where and how they were measured
 };
 
+/// With `shared` rates (the same steps timed while the other side computes),
+/// the engine and the trainer share one node's cores (when_sharing()).
 class fitted_costs final : public cost_model {
  public:
-  explicit fitted_costs(measured_rates rates);
+  explicit fitted_costs(measured_rates rates, std::optional<measured_rates> shared = std::nullopt);
   double decode_step_seconds(int64_t batch, double context_tokens) const override;
   double prefill_seconds(double tokens, double attended) const override;
   double train_seconds(const std::vector<int64_t>& sequence_lengths, int64_t devices) const override;
   double transfer_seconds() const override { return rates_.transfer; }
   double kv_capacity_tokens() const override;
   std::string describe() const override;
+  const cost_model* when_sharing() const override { return sharing_.get(); }
   const measured_rates& rates() const { return rates_; }
 
  private:
   measured_rates rates_;
+  std::shared_ptr<const fitted_costs> sharing_;
 };
 
 /// Least squares of y over the columns of x (rows of equal length); the

@@ -38,6 +38,7 @@ struct sim_setup {
   int64_t group_size = 16;          // answers per prompt
   int64_t steps = 100;              // training steps
   int64_t engine_slots = 0;         // sequences one engine holds at once (0: what its KV cache fits)
+  int64_t max_concurrent = 0;       // requests in flight over all engines (0: all their slots)
   interruption on_weights = interruption::reprefill;
   bool keep_log = true;  // the schedule log (admissions, dispatches, completions, versions)
   /// Checks the setup; throws std::invalid_argument saying what is wrong and what to do.
