@@ -15,7 +15,7 @@
 //   assumed decode step overhead.
 // Every paper number is printed beside ours. Where they differ, the lines say
 // which assumption drives it (the cost model prints every parameter's source).
-// Usage: bench_simulate [--quick] [--json FILE] [--log FILE]
+// Usage: bench_simulate [--quick] [--validation-only] [--json FILE] [--log FILE]
 #include <algorithm>
 #include <chrono>
 #include <fstream>
@@ -38,6 +38,7 @@ namespace {
 
 struct options {
   bool quick = false;
+  bool validation_only = false;  // (f) only
   std::string json_path, log_path;
 };
 
@@ -51,8 +52,10 @@ options parse(int argc, char** argv) {
       o.json_path = argv[++i];
     else if (a == "--log" && i + 1 < argc)
       o.log_path = argv[++i];
+    else if (a == "--validation-only")
+      o.validation_only = true;
     else {
-      std::cerr << "usage: bench_simulate [--quick] [--json FILE] [--log FILE]\n";
+      std::cerr << "usage: bench_simulate [--quick] [--validation-only] [--json FILE] [--log FILE]\n";
       std::exit(2);
     }
   }
@@ -110,6 +113,27 @@ int main(int argc, char** argv) {
   std::cout << "bench_simulate: virtual-time runs of the real controller with simulated H800 members ("
             << std::thread::hardware_concurrency() << " hardware threads; the simulation runs on one)"
             << (opts.quick ? "; --quick" : "") << "\n\n";
+  // (f) Validation on this machine.
+  auto validate = [&] {
+    auto threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    std::cout << fmt::format("\n(f) validation on this machine ({} compute threads): the real job's rows of "
+                             "bench_async_vs_sync (demo workload) against the simulator with the cost model measured "
+                             "here now\n",
+                             threads);
+    report["validation"] = areal::bench::validate_on_this_machine(opts.quick, threads, std::cout);
+  };
+  auto finish = [&] {
+    double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    std::cout << fmt::format("bench_simulate took {:.0f} s\n", wall);
+    report["wall_s"] = wall;
+    if (!opts.json_path.empty())
+      std::ofstream(opts.json_path) << report.dump(2) << "\n";
+  };
+  if (opts.validation_only) {
+    validate();
+    finish();
+    return 0;
+  }
   {
     roofline_costs costs{qwen2_shape("qwen2-1.5b"), gpu_device("h800")};
     auto s = paper_setup("qwen2-1.5b", 128, 8, 1);
@@ -283,18 +307,6 @@ int main(int argc, char** argv) {
     if (!opts.log_path.empty())
       std::ofstream(opts.log_path) << a.schedule_log;
   }
-  // (f) Validation on this machine.
-  {
-    auto threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    std::cout << fmt::format("\n(f) validation on this machine ({} compute threads): the real job's rows of "
-                             "bench_async_vs_sync (demo workload) against the simulator with the cost model measured "
-                             "here now\n",
-                             threads);
-    report["validation"] = areal::bench::validate_on_this_machine(opts.quick, threads, std::cout);
-  }
-  double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  std::cout << fmt::format("bench_simulate took {:.0f} s\n", wall);
-  report["wall_s"] = wall;
-  if (!opts.json_path.empty())
-    std::ofstream(opts.json_path) << report.dump(2) << "\n";
+  validate();
+  finish();
 }

@@ -76,10 +76,12 @@ kernels::trainer_config trainer_config_of(const run_config& c, int replicas) {
   return tc;
 }
 
-// Decode steps at several batch sizes (every sequence runs to the cap, so a
-// batch stays whole): rows (1, batch, context tokens) -> seconds; and the first
-// step of each batch, which prefills its prompts: rows (tokens, attended) ->
-// seconds beyond a decode step.
+// Decode steps as the job's engine runs them: batches of the workload's groups
+// (one prompt, group_size answers) that stop at the end token or the cap, so
+// that each batch thins out as its answers end. Rows (1, sequences, context
+// tokens) -> seconds, for every step after the first; the first step of a
+// batch also prefills its prompts: rows (prompt tokens, attended) -> its
+// seconds beyond the decode step that follows it.
 struct decode_points {
   std::vector<std::vector<double>> steps, prefills;
   std::vector<double> step_s, prefill_s;
@@ -89,35 +91,44 @@ decode_points time_decode(kernels::policy_model& model, parts& p, int threads, b
   kernels::set_compute_threads(threads);
   decode_points d;
   auto cap = p.config.rl.max_new_tokens;
+  auto group = p.config.rl.group_size;
   uint64_t id = 0;
-  std::vector<int64_t> batches = {1, 8, 24, 48, p.config.rl.rollout_slots};
-  for (int repeat = 0; repeat < (quick ? 1 : 2); ++repeat)
-    for (auto batch : batches) {
+  for (int repeat = 0; repeat < (quick ? 2 : 4); ++repeat)
+    for (int64_t batch : {group, 4 * group, p.config.rl.rollout_slots}) {
       kernels::generation_engine engine(model, engine_config_of(p.config));
       double prompt_tokens = 0, attended = 0;
-      for (int64_t i = 0; i < batch; ++i) {
-        auto job = make_job(p, id++, false, cap);
-        double n = double(job.prompt.size());
-        prompt_tokens += n;
-        attended += 0.5 * n * (n + 1);
-        engine.submit(std::move(job));
+      for (int64_t g = 0; g < batch / group; ++g) {
+        auto prompt = make_job(p, id, true, cap).prompt;
+        for (int64_t i = 0; i < group; ++i) {
+          auto job = make_job(p, id++, true, cap);
+          job.prompt = prompt;
+          double n = double(prompt.size());
+          prompt_tokens += n;
+          attended += 0.5 * n * (n + 1);
+          engine.submit(std::move(job));
+        }
       }
-      auto start = clock_type::now();
-      engine.step();
-      double first = since(start);
-      double context = prompt_tokens;
-      std::vector<double> times;
-      for (int64_t k = 1; k < cap && !engine.idle(); ++k) {
-        context += double(batch);
-        start = clock_type::now();
+      double first = -1;
+      bool prefill_counted = false;
+      while (!engine.idle()) {
+        double sequences = double(engine.running() + engine.queued()), context = 0;
+        for (auto& o : engine.in_flight())
+          context += double(o.prompt.size() + o.tokens.size());
+        auto start = clock_type::now();
         engine.step();
-        times.push_back(since(start));
-        d.steps.push_back({1.0, double(batch), context});
-        d.step_s.push_back(times.back());
+        double seconds = since(start);
+        if (first < 0) {
+          first = seconds;
+          continue;
+        }
+        if (!prefill_counted) {  // the first step less the decode step after it
+          prefill_counted = true;
+          d.prefills.push_back({prompt_tokens, attended});
+          d.prefill_s.push_back(std::max(0.0, first - seconds));
+        }
+        d.steps.push_back({1.0, sequences, context});
+        d.step_s.push_back(seconds);
       }
-      double decode = times.empty() ? 0 : times[times.size() / 2];
-      d.prefills.push_back({prompt_tokens, attended});
-      d.prefill_s.push_back(std::max(0.0, first - decode));
     }
   return d;
 }
