@@ -108,12 +108,7 @@ capacity measure_capacity(const fs::path& model_dir, const workload& w, int thre
   for (auto& out : outputs) {
     if (out.tokens.empty())
       continue;
-    kernels::rl_sample s;
-    s.prompt = out.prompt;
-    s.response = out.tokens;
-    s.behaviour_logprobs = out.logprobs;
-    s.advantage = (rng() % 2) ? 1.0 : -1.0;
-    batch.push_back(std::move(s));
+    batch.push_back(bench::training_sample(out, rng));
     if (static_cast<int64_t>(batch.size()) == w.batch_size)
       break;
   }

@@ -9,8 +9,12 @@
 #include <thread>
 #include <vector>
 
+#include <random>
+
 #include "areal/kernels/blas_probe.hpp"
+#include "areal/kernels/engine.hpp"
 #include "areal/kernels/model_config.hpp"
+#include "areal/kernels/trainer.hpp"
 #include "areal/runtime/blas_core.hpp"
 
 namespace areal::bench {
@@ -45,6 +49,17 @@ inline options parse_options(int argc, char** argv, const char* name) {
     }
   }
   return o;
+}
+
+/// A generated answer as a sample the trainer trains on, with an advantage of
+/// +1 or -1 at random (the cost of a PPO step does not depend on its values).
+inline kernels::rl_sample training_sample(const kernels::generation_output& out, std::mt19937& rng) {
+  kernels::rl_sample s;
+  s.prompt = out.prompt;
+  s.response = out.tokens;
+  s.behaviour_logprobs = out.logprobs;
+  s.advantage = (rng() % 2) ? 1.0 : -1.0;
+  return s;
 }
 
 /// The fp32 rate of the model's largest product shape (512 rows x hidden x intermediate).

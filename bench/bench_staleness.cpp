@@ -8,7 +8,7 @@
 // requests in flight, so that an unbounded run's samples fall many versions behind.
 // Each row prints the mean and spread of the accuracy and the staleness the
 // runs really had (per token, from their metrics); nothing here is timed.
-// Usage: bench_staleness [--quick] [--json FILE] [--threads N]
+// Usage: bench_staleness [--quick] [--json FILE] [--threads N] [--lr X]
 #include <unistd.h>
 
 #include <cmath>
@@ -79,8 +79,18 @@ std::string eta_name(int64_t eta) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  fit_blas_core(argc, argv);  // with every argument: it may execute the benchmark again
   kernels::tune_allocator();
-  auto opts = bench::parse_options(argc, argv, "bench_staleness");
+  // --lr X (default 4e-4, four times the demo's); the other flags are every benchmark's.
+  std::string lr = "4e-4";
+  std::vector<char*> rest;
+  for (int i = 0; i < argc; ++i) {
+    if (std::string{argv[i]} == "--lr" && i + 1 < argc)
+      lr = argv[++i];
+    else
+      rest.push_back(argv[i]);
+  }
+  auto opts = bench::parse_options(static_cast<int>(rest.size()), rest.data(), "bench_staleness [--lr X]");
   int threads = std::max(1, opts.threads);
   auto facts = kernels::probe_blas();
   std::cout << "bench_staleness: " << threads << " compute threads; " << kernels::describe(facts)
@@ -88,8 +98,8 @@ int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::warn);
 
   auto w = bench::demo_workload(opts.quick ? 200 : 600, opts.quick ? 30 : 150, opts.quick ? 128 : 256,
-                                {"rl.lr=4e-4", "rl.max_concurrent=256"});
-  w.name = "the demo's, with lr 4e-4 and up to four batches in flight";
+                                {"rl.lr=" + lr, "rl.max_concurrent=256"});
+  w.name = "the demo's, with lr " + lr + " and up to four batches in flight";
   std::vector<int64_t> etas = opts.quick ? std::vector<int64_t>{0, 4, unbounded}
                                          : std::vector<int64_t>{0, 2, 4, 8, 16, unbounded};
   std::vector<uint64_t> seeds = opts.quick ? std::vector<uint64_t>{1} : std::vector<uint64_t>{1, 2, 3};
@@ -111,6 +121,7 @@ int main(int argc, char** argv) {
                            {"blas", kernels::describe(facts)},
                            {"quick", opts.quick},
                            {"workload", w.name},
+                           {"lr", lr},
                            {"trained_samples", w.rl_steps * w.batch_size},
                            {"rows", nlohmann::json::array()}};
   std::cout << std::fixed << std::setprecision(1) << "\n"

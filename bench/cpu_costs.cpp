@@ -1,5 +1,6 @@
 // This machine's costs for the simulator (see cpu_costs.hpp).
 #include "cpu_costs.hpp"
+#include "bench_common.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -143,12 +144,7 @@ std::vector<kernels::rl_sample> training_batch(kernels::policy_model& model, par
   for (auto& out : engine.run_to_completion()) {
     if (out.tokens.empty())
       continue;
-    kernels::rl_sample s;
-    s.prompt = out.prompt;
-    s.response = out.tokens;
-    s.behaviour_logprobs = out.logprobs;
-    s.advantage = (rng() % 2) ? 1.0 : -1.0;
-    batch.push_back(std::move(s));
+    batch.push_back(training_sample(out, rng));
   }
   std::shuffle(batch.begin(), batch.end(), rng);
   return batch;
