@@ -252,8 +252,7 @@ cpu_rates measure_cpu_rates(const fs::path& model_dir, const workload& w, int th
   }
   train_points train;
   {
-    auto background = parts{kernels::tokenizer::load((model_dir / "tokenizer.json").string()), p.eos, p.config,
-                            tasks::running_sum_generator({})};
+    auto background = load_parts(model_dir, w, threads);  // prompts of its own stream
     kernels::generation_engine engine(engine_model, engine_config_of(p.config));
     uint64_t id = 1u << 30;
     beside generating([&] {

@@ -18,6 +18,7 @@
 
 #include <fmt/format.h>
 
+#include "areal/runtime/report.hpp"
 #include "areal/sim/simulation.hpp"
 #include "bench_jobs.hpp"
 #include "cpu_costs.hpp"
@@ -81,26 +82,18 @@ double response_rate(const sim::sim_result& r, int64_t prompt_tokens) {
   return double(r.trained_tokens - r.trained_samples * prompt_tokens) / r.virtual_seconds;
 }
 
-// Seconds a run's trace spent generating (rollout tracks) and training (the trainer's track).
-std::pair<double, double> busy_seconds(const fs::path& trace_file) {
-  std::ifstream in(trace_file);
-  auto trace = nlohmann::json::parse(in, nullptr, false);
-  if (trace.is_discarded())
-    throw std::runtime_error(trace_file.string() + ": not the run's trace");
-  std::map<int64_t, std::string> tracks;
-  for (auto& e : trace["traceEvents"])
-    if (e.value("ph", "") == "M" && e.value("name", "") == "thread_name")
-      tracks[e.value("tid", int64_t{0})] = e["args"].value("name", "");
+// Seconds a finished run spent generating (its rollout tracks) and training (the trainer's track),
+// from its trace as the report reads it.
+std::pair<double, double> busy_seconds(const fs::path& run_dir) {
+  auto run = nlohmann::json::parse(report::read_run_json(run_dir));
+  if (run["timeline"].is_null())
+    throw std::runtime_error(run_dir.string() + ": the run left no trace");
   double generate = 0, train = 0;
-  for (auto& e : trace["traceEvents"]) {
-    if (e.value("ph", "") != "X")
-      continue;
-    auto& track = tracks[e.value("tid", int64_t{0})];
-    auto what = e.value("name", "");
-    if (track.rfind("rollout", 0) == 0 && what == "generate")
-      generate += e.value("dur", 0.0) * 1e-6;
-    if (track == "trainer" && what == "train")
-      train += e.value("dur", 0.0) * 1e-6;
+  for (auto& [track, kinds] : run["timeline"]["tracks"].items()) {
+    if (track.rfind("rollout", 0) == 0)
+      generate += kinds.value("generate", 0.0);
+    if (track == "trainer")
+      train += kinds.value("train", 0.0);
   }
   return {generate, train};
 }
@@ -140,7 +133,7 @@ nlohmann::json validate_on_this_machine(bool quick, int threads, std::ostream& o
   auto isolated = std::make_shared<sim::fitted_costs>(rates.alone, rates.shared);
   auto [calibration, calibration_dir] = run("calibration", {"rl.mode=\"sync\"", "rl.record_trajectories=true",
                                                             "run.seed=2"});
-  auto [real_generate, real_train] = busy_seconds(calibration_dir / "trace.json");
+  auto [real_generate, real_train] = busy_seconds(calibration_dir);
   auto calibration_work = workload_of(calibration_dir / "trajectories.jsonl", base);
   auto modelled = simulate_row(isolated, calibration_work, base, 0);
   double generate_factor = real_generate / (modelled.engine_busy_share * modelled.virtual_seconds);

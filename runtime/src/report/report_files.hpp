@@ -8,6 +8,10 @@
 
 #include <nlohmann/json.hpp>
 
+namespace areal {
+class tracer;
+}
+
 namespace areal::report {
 
 struct file_lines {
@@ -20,6 +24,13 @@ file_lines read_lines(const std::filesystem::path& file);
 
 /// The file's text, or nothing when it does not exist; throws input_error when it cannot be read.
 std::optional<std::string> read_optional_text(const std::filesystem::path& file);
+
+/// One run directory as the page's JSON (read_run_json's document, not yet text).
+nlohmann::json read_run(const std::filesystem::path& directory, const tracer* live_trace);
+
+/// The page's whole data document (report_data's, not yet text).
+nlohmann::json report_document(const std::vector<std::filesystem::path>& runs,
+                               const std::vector<std::filesystem::path>& benches, bool live, const tracer* live_trace);
 
 /// JSON from a file or from its text; throws input_error naming the file, the line and the column.
 nlohmann::json parse_json_file(const std::filesystem::path& file);

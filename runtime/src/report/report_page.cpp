@@ -110,13 +110,13 @@ std::string now_utc() {
 
 }  // namespace
 
-std::string report_data(const std::vector<fs::path>& runs, const std::vector<fs::path>& benches, bool live,
-                        const tracer* live_trace) {
+json report_document(const std::vector<fs::path>& runs, const std::vector<fs::path>& benches, bool live,
+                     const tracer* live_trace) {
   json data = {{"version", AREAL_VERSION}, {"made", now_utc()}, {"live", live}, {"runs", json::array()},
                {"benches", json::array()}};
   std::map<std::string, int> labels;
   for (auto& dir : runs) {
-    auto run = json::parse(read_run_json(dir, live_trace));
+    auto run = read_run(dir, live_trace);
     auto label = run["label"].get<std::string>();
     if (int n = ++labels[label]; n > 1)  // two runs of one name: told apart by their directory
       run["label"] = label + " [" + dir.string() + "]";
@@ -124,7 +124,12 @@ std::string report_data(const std::vector<fs::path>& runs, const std::vector<fs:
   }
   for (auto& file : benches)
     data["benches"].push_back(read_bench(file));
-  return data.dump();
+  return data;
+}
+
+std::string report_data(const std::vector<fs::path>& runs, const std::vector<fs::path>& benches, bool live,
+                        const tracer* live_trace) {
+  return report_document(runs, benches, live, live_trace).dump();
 }
 
 std::string page_html(const std::string& data_json, bool live) {
@@ -182,22 +187,21 @@ int report_command(const std::vector<std::string>& args, std::ostream& out, std:
     err << "areal report: nothing to draw: give run directories and/or --bench files\n" << usage;
     return 2;
   }
-  std::string data;
+  json data;
   try {
-    data = report_data(runs, benches, false);
+    data = report_document(runs, benches, false, nullptr);
   } catch (const input_error& e) {
     err << "areal report: " << e.what() << "; nothing was written\n";
     return 2;
   }
-  auto parsed = json::parse(data);
-  for (auto& run : parsed["runs"]) {
+  for (auto& run : data["runs"]) {
     out << run["label"].get<std::string>() << ": " << run["step_count"] << " steps, " << run["state"].get<std::string>()
         << "\n";
     for (auto& w : run["warnings"])
       err << "areal report: warning: " << run["dir"].get<std::string>() << ": " << w.get<std::string>() << "\n";
   }
   try {
-    write_file_atomically(out_file, page_html(data, false));
+    write_file_atomically(out_file, page_html(data.dump(), false));
   } catch (const file_error& e) {
     err << "areal report: " << e.what() << "\n";
     return 2;

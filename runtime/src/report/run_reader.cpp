@@ -195,7 +195,7 @@ void order_activities(json& timeline) {
 
 }  // namespace
 
-std::string read_run_json(const fs::path& directory, const tracer* live_trace) {
+json read_run(const fs::path& directory, const tracer* live_trace) {
   std::error_code ec;
   if (!fs::is_directory(directory, ec))
     throw input_error(directory.string() + ": no such directory; give the run directories to draw (e.g. runs/single-node)");
@@ -280,7 +280,11 @@ std::string read_run_json(const fs::path& directory, const tracer* live_trace) {
     order_activities(timeline);
   run["timeline"] = timeline;
   run["warnings"] = warnings;
-  return run.dump();
+  return run;
+}
+
+std::string read_run_json(const fs::path& directory, const tracer* live_trace) {
+  return read_run(directory, live_trace).dump();
 }
 
 }  // namespace areal::report
