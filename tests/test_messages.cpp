@@ -2,6 +2,8 @@
 // bytes that are not a valid message are refused with an error, never a crash.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "areal/messages/codec.hpp"
@@ -139,4 +141,41 @@ TEST_CASE("a run checkpoint with impossible counters is refused") {
   x = test::sample_run_state();
   x.version = -1;
   CHECK(!decode<run_state>(*encode(x)));
+}
+
+// Found by fuzzing (tests/fuzz/corpus/record_*/regression_*).
+TEST_CASE("text holding NUL bytes round-trips whole") {
+  auto t = test::sample_trajectory();
+  t.producer = std::string("\0\0rollout-a", 12);
+  t.verdict_detail = std::string("answer \0 42", 11);
+  check_round_trip(t);
+  auto task = test::sample_task();
+  task.io_cases.push_back({std::string("in\0put", 6), std::string("\0", 1)});
+  check_round_trip(task);
+}
+
+TEST_CASE("a trajectory with a log-probability or reward that is not a number is refused") {
+  auto t = test::sample_trajectory();
+  t.behaviour_logprobs[2] = std::nanf("");
+  auto back = decode<trajectory>(*encode(t));
+  REQUIRE_FALSE(back);
+  CHECK(describe(back.error()).find("log-probability of output token 2") != std::string::npos);
+  t = test::sample_trajectory();
+  t.reward = INFINITY;
+  CHECK_FALSE(decode<trajectory>(*encode(t)));
+}
+
+TEST_CASE("a run checkpoint whose counters overflow or whose reward means are not numbers is refused") {
+  auto x = test::sample_run_state();
+  x.trained = INT64_MAX;
+  x.dropped = 2;
+  x.admitted = INT64_MIN + 1;  // what trained + dropped wraps to
+  auto back = decode<run_state>(*encode(x));
+  REQUIRE_FALSE(back);
+  CHECK(describe(back.error()).find("impossible counters") != std::string::npos);
+  x = test::sample_run_state();
+  x.reward_mean_first = std::nan("");
+  back = decode<run_state>(*encode(x));
+  REQUIRE_FALSE(back);
+  CHECK(describe(back.error()).find("reward means") != std::string::npos);
 }

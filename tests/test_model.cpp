@@ -157,6 +157,16 @@ TEST_CASE("bf16 and f16 weights load into an fp32 model") {
   }
 }
 
+TEST_CASE("a checkpoint index may name only files beside it") {
+  auto shards = parse_checkpoint_index(R"({"weight_map": {"a": "m-1.safetensors", "b": "m-1.safetensors"}})", "i.json");
+  CHECK(shards == std::map<std::string, std::vector<std::string>>{{"m-1.safetensors", {"a", "b"}}});
+  for (auto bad : {R"("..")", R"(".")", R"("../x.safetensors")", R"("")", R"(3)"})
+    CHECK_THROWS_WITH_AS(parse_checkpoint_index(std::string{R"({"weight_map": {"a": )"} + bad + "}}", "i.json"),
+                         doctest::Contains("i.json: tensor \"a\" maps to an invalid shard name"), format_error);
+  CHECK_THROWS_WITH_AS(parse_checkpoint_index("[1]", "i.json"), doctest::Contains("missing \"weight_map\""),
+                       format_error);
+}
+
 TEST_CASE("corrupt or mismatched checkpoints are refused naming the file and tensor") {
   scratch dir{"corrupt"};
   auto config = small_config("qwen2", true, 4, 2);

@@ -78,6 +78,16 @@ TEST_CASE("JSONL datasets round-trip and bad lines are reported with file and li
   std::ofstream(path) << "{\"prompt\": \"x\", \"task\": {\"kind\": \"poetry\"}}\n";
   CHECK_THROWS_WITH_AS(jsonl_source(path.string()), doctest::Contains(":1: task kind \"poetry\" is unknown"),
                        std::invalid_argument);
+  // Found by fuzzing (tests/fuzz/corpus/tasks_jsonl/regression_float_target): numbers that
+  // are not 64-bit integers were converted with undefined results.
+  std::ofstream(path) << "{\"prompt\": \"x\", \"task\": {\"kind\": \"countdown\", \"numbers\": [3, 8e46], "
+                         "\"target\": 24}}\n";
+  CHECK_THROWS_WITH_AS(jsonl_source(path.string()), doctest::Contains(":1: \"numbers\" must hold integers"),
+                       std::invalid_argument);
+  std::ofstream(path) << "{\"prompt\": \"x\", \"task\": {\"kind\": \"countdown\", \"numbers\": [3], "
+                         "\"target\": 2.5}}\n";
+  CHECK_THROWS_WITH_AS(jsonl_source(path.string()), doctest::Contains(":1: \"target\" must hold integers"),
+                       std::invalid_argument);
   std::filesystem::remove(path);
   CHECK_THROWS_AS(jsonl_source(path.string()), std::invalid_argument);
 }

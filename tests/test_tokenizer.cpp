@@ -154,5 +154,16 @@ TEST_CASE("broken tokenizer files are refused naming the file") {
   expect(
       R"({"model": {"type": "BPE", "vocab": {"a": 0}}, "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(unclosed"}}})",
       "pre-tokenizer pattern does not compile");
+  // Found by fuzzing (tests/fuzz/corpus/tokenizer/regression_*): an added token's
+  // id was used unchecked as an index, and wrongly typed fields escaped as JSON errors.
+  expect(R"({"model": {"vocab": {"a": 0}}, "added_tokens": [{"id": -5, "content": "<x>"}]})",
+         "added token \"<x>\" has an invalid id -5");
+  expect(R"({"model": {"vocab": {"a": 0}}, "added_tokens": [{"id": 1e30, "content": "<x>"}]})",
+         "added token \"<x>\" has an invalid id");
+  expect(R"({"model": {"vocab": {"a": 0}}, "added_tokens": [{"id": "1", "content": "<x>"}]})",
+         "added token \"<x>\" has an invalid id \"1\"");
+  expect(R"({"model": {"type": 7, "vocab": {"a": 0}}})", "model type 7 is not supported");
+  expect(R"({"model": {"vocab": {"a": 0}}, "pre_tokenizer": {"type": "ByteLevel", "use_regex": "yes"}})",
+         "not a valid tokenizer.json");
   CHECK_THROWS_AS(tokenizer::load("/nonexistent/tokenizer.json"), format_error);
 }

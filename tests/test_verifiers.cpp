@@ -244,6 +244,11 @@ TEST_CASE("math answers: hostile expressions end in a verdict") {
     long_sum += "x+";
   long_sum += "1}";
   CHECK(verify_math(long_sum, {"1"}).judged == verdict::wrong);
+  // Found by fuzzing (tests/fuzz/corpus/math_verifier/regression_empty_sqrt): an empty
+  // argument reached GiNaC as "sqrt()", and its parser crashed the scoring process.
+  CHECK(verify_math("the roots are \\boxed{3 \\pm 2 \\sqrt{}2}.", {"3 \\pm 2 \\sqrt{2}"}).judged == verdict::wrong);
+  CHECK(verify_math("\\boxed{\\sin{} x + \\frac{}{2}}", {"x"}).judged == verdict::wrong);
+  CHECK(verify_math("\\boxed{x^{+} + (-)}", {"x"}).judged == verdict::wrong);
 }
 
 TEST_CASE("math answers inside long responses are found at the end") {

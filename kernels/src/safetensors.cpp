@@ -33,7 +33,16 @@ dtype parse_dtype(const std::string& name, const std::string& where) {
 
 namespace {
 
+// A shard is a file beside its index: a bare name, not a path and not "." or "..".
+bool is_shard_name(const std::string& name) {
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
+         name.find('\0') == std::string::npos;
+}
+
 std::vector<char> read_file(const std::string& path) {
+  std::error_code ec;
+  if (fs::exists(path, ec) && !fs::is_regular_file(path, ec))
+    throw format_error(path + ": not a regular file");
   std::ifstream in(path, std::ios::binary);
   if (!in)
     throw format_error(path + ": cannot open");
@@ -61,6 +70,12 @@ void write_atomically(const std::string& path, const std::vector<std::pair<const
 
 tensor_map read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata) {
   auto bytes = read_file(path);
+  return parse_safetensors(bytes.data(), bytes.size(), path, metadata);
+}
+
+tensor_map parse_safetensors(const char* data, size_t size, const std::string& path,
+                             std::map<std::string, std::string>* metadata) {
+  std::string_view bytes{data, size};
   if (bytes.size() < 8)
     throw format_error(path + ": too short to be a safetensors file (" + std::to_string(bytes.size()) + " bytes)");
   uint64_t header_len = 0;
@@ -71,7 +86,7 @@ tensor_map read_safetensors(const std::string& path, std::map<std::string, std::
                        std::to_string(bytes.size()) + " bytes): not a safetensors file, or truncated");
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<long>(header_len));
+    header = nlohmann::json::parse(bytes.substr(8, header_len));
   } catch (const nlohmann::json::exception& e) {
     throw format_error(path + ": header is not valid JSON: " + e.what());
   }
@@ -116,8 +131,7 @@ tensor_map read_safetensors(const std::string& path, std::map<std::string, std::
     if (end - begin != numel * element_size(t.type))
       throw format_error(where + ": " + std::to_string(end - begin) + " bytes of data for shape with " +
                          std::to_string(numel) + " elements of " + to_string(t.type));
-    t.data.assign(bytes.begin() + static_cast<long>(data_start + begin),
-                  bytes.begin() + static_cast<long>(data_start + end));
+    t.data.assign(data + data_start + begin, data + data_start + end);
     spans.push_back({begin, end, name});
     out.emplace(name, std::move(t));
   }
@@ -158,6 +172,26 @@ void write_safetensors(const std::string& path, const tensor_map& tensors,
   write_atomically(path, parts);
 }
 
+std::map<std::string, std::vector<std::string>> parse_checkpoint_index(std::string_view text,
+                                                                      const std::string& path) {
+  nlohmann::json index;
+  try {
+    index = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw format_error(path + ": not valid JSON: " + e.what());
+  }
+  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
+    throw format_error(path + ": missing \"weight_map\"");
+  std::map<std::string, std::vector<std::string>> by_file;
+  for (auto& [name, file] : index["weight_map"].items()) {
+    if (!file.is_string() || !is_shard_name(file.get<std::string>()))
+      throw format_error(path + ": tensor \"" + name + "\" maps to an invalid shard name " + file.dump() +
+                         " (a file name in the checkpoint's directory)");
+    by_file[file.get<std::string>()].push_back(name);
+  }
+  return by_file;
+}
+
 tensor_map read_checkpoint(const std::string& directory) {
   auto index_path = fs::path{directory} / "model.safetensors.index.json";
   auto single = fs::path{directory} / "model.safetensors";
@@ -166,23 +200,9 @@ tensor_map read_checkpoint(const std::string& directory) {
       throw format_error(directory + ": neither model.safetensors nor model.safetensors.index.json is there");
     return read_safetensors(single.string());
   }
-  std::ifstream in(index_path);
-  nlohmann::json index;
-  try {
-    in >> index;
-  } catch (const nlohmann::json::exception& e) {
-    throw format_error(index_path.string() + ": not valid JSON: " + e.what());
-  }
-  if (!index.contains("weight_map") || !index["weight_map"].is_object())
-    throw format_error(index_path.string() + ": missing \"weight_map\"");
-  std::map<std::string, std::vector<std::string>> by_file;
-  for (auto& [name, file] : index["weight_map"].items()) {
-    if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos)
-      throw format_error(index_path.string() + ": tensor \"" + name + "\" maps to an invalid shard name");
-    by_file[file.get<std::string>()].push_back(name);
-  }
+  auto text = read_file(index_path.string());
   tensor_map out;
-  for (auto& [file, names] : by_file) {
+  for (auto& [file, names] : parse_checkpoint_index({text.data(), text.size()}, index_path.string())) {
     auto shard = read_safetensors((fs::path{directory} / file).string());
     for (auto& name : names) {
       auto it = shard.find(name);

@@ -87,19 +87,29 @@ std::string merge_key(const std::string& a, const std::string& b) {
 }
 
 // Finds the Split regex and the ByteLevel settings anywhere in a pre-tokenizer tree.
-void scan_pre_tokenizer(const nlohmann::json& node, std::string& pattern, bool& byte_level, bool& byte_level_regex) {
+void scan_pre_tokenizer(const nlohmann::json& node, std::string& pattern, bool& byte_level, bool& byte_level_regex,
+                        int depth = 0) {
   if (!node.is_object())
     return;
+  if (depth > 8)
+    throw format_error("pre-tokenizer Sequences nest deeper than 8");
   auto type = node.value("type", "");
   if (type == "Sequence" && node.contains("pretokenizers"))
     for (auto& child : node["pretokenizers"])
-      scan_pre_tokenizer(child, pattern, byte_level, byte_level_regex);
+      scan_pre_tokenizer(child, pattern, byte_level, byte_level_regex, depth + 1);
   if (type == "Split" && node.contains("pattern") && node["pattern"].contains("Regex"))
     pattern = node["pattern"]["Regex"].get<std::string>();
   if (type == "ByteLevel") {
     byte_level = true;
     byte_level_regex = node.value("use_regex", true);
   }
+}
+
+// Token ids a tokenizer.json may use: the largest vocabularies in use have ~256k.
+constexpr int64_t max_token_id = int64_t{1} << 24;
+
+bool valid_id(const nlohmann::json& id) {
+  return id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() <= max_token_id;
 }
 
 }  // namespace
@@ -161,62 +171,80 @@ void tokenizer::finish_setup(const std::string& source) {
 }
 
 tokenizer tokenizer::from_json(const std::string& text, const std::string& source) {
-  nlohmann::json j;
+  nlohmann::json parsed;
   try {
-    j = nlohmann::json::parse(text);
+    parsed = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw format_error(source + ": not valid JSON: " + e.what());
   }
-  if (!j.contains("model") || !j["model"].is_object())
-    throw format_error(source + ": no \"model\" object: not a tokenizer.json");
-  auto& model = j["model"];
-  if (model.value("type", "BPE") != "BPE")
-    throw format_error(source + ": model type \"" + model.value("type", "") + "\" is not supported; only BPE");
-  if (model.contains("byte_fallback") && model["byte_fallback"].is_boolean() && model["byte_fallback"].get<bool>())
-    throw format_error(source + ": byte_fallback BPE is not supported");
-  tokenizer t;
-  if (!model.contains("vocab") || !model["vocab"].is_object())
-    throw format_error(source + ": model.vocab must be an object of token -> id");
-  for (auto& [token, id] : model["vocab"].items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > (1 << 24))
-      throw format_error(source + ": vocab entry \"" + token + "\" has an invalid id");
-    t.vocab_[token] = id.get<int32_t>();
-  }
-  if (model.contains("merges") && model["merges"].is_array()) {
-    for (auto& m : model["merges"]) {
-      if (m.is_string()) {
-        auto s = m.get<std::string>();
-        auto space = s.find(' ', 1);
-        if (space == std::string::npos)
-          throw format_error(source + ": merge \"" + s + "\" is not \"left right\"");
-        t.merges_.emplace_back(s.substr(0, space), s.substr(space + 1));
-      } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-        t.merges_.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
-      } else {
-        throw format_error(source + ": a merge must be \"left right\" or [left, right]");
+  // Wrongly typed fields throw from inside; each is reported as a format_error below.
+  auto read_fields = [&]() -> tokenizer {
+    const nlohmann::json& j = parsed;  // read only: a missing key is never inserted
+    if (!j.contains("model") || !j["model"].is_object())
+      throw format_error(source + ": no \"model\" object: not a tokenizer.json");
+    auto& model = j["model"];
+    auto type = model.contains("type") ? model["type"] : nlohmann::json("BPE");
+    if (type != "BPE")
+      throw format_error(source + ": model type " + type.dump() + " is not supported; only BPE");
+    if (model.contains("byte_fallback") && model["byte_fallback"].is_boolean() && model["byte_fallback"].get<bool>())
+      throw format_error(source + ": byte_fallback BPE is not supported");
+    tokenizer t;
+    if (!model.contains("vocab") || !model["vocab"].is_object())
+      throw format_error(source + ": model.vocab must be an object of token -> id");
+    for (auto& [token, id] : model["vocab"].items()) {
+      if (!valid_id(id))
+        throw format_error(source + ": vocab entry \"" + token + "\" has an invalid id " + id.dump() +
+                           " (ids are integers in [0, " + std::to_string(max_token_id) + "])");
+      t.vocab_[token] = id.get<int32_t>();
+    }
+    if (model.contains("merges") && model["merges"].is_array()) {
+      for (auto& m : model["merges"]) {
+        if (m.is_string()) {
+          auto s = m.get<std::string>();
+          auto space = s.find(' ', 1);
+          if (space == std::string::npos)
+            throw format_error(source + ": merge \"" + s + "\" is not \"left right\"");
+          t.merges_.emplace_back(s.substr(0, space), s.substr(space + 1));
+        } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+          t.merges_.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
+        } else {
+          throw format_error(source + ": a merge must be \"left right\" or [left, right]");
+        }
       }
     }
+    if (model.contains("unk_token") && model["unk_token"].is_string())
+      t.unk_token_ = model["unk_token"].get<std::string>();
+    if (j.contains("added_tokens") && j["added_tokens"].is_array())
+      for (auto& a : j["added_tokens"]) {
+        if (!a.is_object() || !a.contains("id") || !a.contains("content") || !a["content"].is_string())
+          throw format_error(source + ": an added token needs an id and a content string");
+        if (!valid_id(a["id"]))
+          throw format_error(source + ": added token \"" + a["content"].get<std::string>() + "\" has an invalid id " +
+                             a["id"].dump() + " (ids are integers in [0, " + std::to_string(max_token_id) + "])");
+        auto special = a.contains("special") && a["special"].is_boolean() && a["special"].get<bool>();
+        t.added_.push_back({a["id"].get<int32_t>(), a["content"].get<std::string>(), special});
+      }
+    bool byte_level = false, byte_level_regex = false;
+    std::string pattern;
+    if (j.contains("pre_tokenizer"))
+      scan_pre_tokenizer(j["pre_tokenizer"], pattern, byte_level, byte_level_regex);
+    if (j.contains("decoder") && j["decoder"].is_object() && j["decoder"].value("type", "") == "ByteLevel")
+      byte_level = true;
+    if (pattern.empty() && byte_level && byte_level_regex)
+      pattern = gpt2_pattern;
+    t.byte_level_ = byte_level;
+    t.split_pattern_ = pattern;
+    t.finish_setup(source);
+    return t;
+  };
+  try {
+    return read_fields();
+  } catch (const nlohmann::json::exception& e) {  // a field of the wrong type
+    throw format_error(source + ": not a valid tokenizer.json: " + e.what());
+  } catch (const format_error& e) {
+    std::string what = e.what();
+    throw what.rfind(source, 0) == 0 ? e : format_error(source + ": " + what);
   }
-  if (model.contains("unk_token") && model["unk_token"].is_string())
-    t.unk_token_ = model["unk_token"].get<std::string>();
-  if (j.contains("added_tokens") && j["added_tokens"].is_array())
-    for (auto& a : j["added_tokens"]) {
-      if (!a.contains("id") || !a.contains("content"))
-        throw format_error(source + ": an added token needs id and content");
-      t.added_.push_back({a["id"].get<int32_t>(), a["content"].get<std::string>(), a.value("special", false)});
-    }
-  bool byte_level = false, byte_level_regex = false;
-  std::string pattern;
-  if (j.contains("pre_tokenizer"))
-    scan_pre_tokenizer(j["pre_tokenizer"], pattern, byte_level, byte_level_regex);
-  if (j.contains("decoder") && j["decoder"].is_object() && j["decoder"].value("type", "") == "ByteLevel")
-    byte_level = true;
-  if (pattern.empty() && byte_level && byte_level_regex)
-    pattern = gpt2_pattern;
-  t.byte_level_ = byte_level;
-  t.split_pattern_ = pattern;
-  t.finish_setup(source);
-  return t;
 }
 
 tokenizer tokenizer::load(const std::string& path) {

@@ -4,6 +4,7 @@
 #include "areal/messages/codec.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <set>
 
@@ -86,6 +87,12 @@ std::vector<std::string> to_strings(capnp::List<capnp::Text>::Reader list) {
   for (auto x : list)
     out.emplace_back(x.cStr(), x.size());
   return out;
+}
+
+// Text as Cap'n Proto stores it, whole: kj's conversion from std::string goes
+// through c_str() and would end the text at its first NUL byte.
+capnp::Text::Reader text(const std::string& s) {
+  return {s.data(), s.size()};
 }
 
 std::string to_std(capnp::Text::Reader x) {
@@ -218,14 +225,14 @@ caf::expected<std::vector<char>> encode(const trajectory& x) {
   root.setFinishReason(static_cast<wire::FinishReason>(x.finish));
   root.setReward(x.reward);
   root.setVerdict(static_cast<wire::Verdict>(x.judged));
-  root.setVerdictDetail(x.verdict_detail);
+  root.setVerdictDetail(text(x.verdict_detail));
   auto t = root.initTimestamps();
   t.setAdmittedNs(x.timestamps.admitted_ns);
   t.setGenerationStartNs(x.timestamps.generation_start_ns);
   t.setGenerationEndNs(x.timestamps.generation_end_ns);
   t.setScoredNs(x.timestamps.scored_ns);
   t.setScoringStartNs(x.timestamps.scoring_start_ns);
-  root.setProducer(x.producer);
+  root.setProducer(text(x.producer));
   root.setPromptVersion(x.prompt_version);
   if (!x.loss_mask.empty() && x.loss_mask.size() != x.output_tokens.size())
     return invalid("trajectory: " + std::to_string(x.output_tokens.size()) + " output tokens but a loss mask of " +
@@ -254,8 +261,14 @@ caf::expected<trajectory> decode<trajectory>(const char* data, size_t size) {
           return invalid("trajectory: unknown finish reason " + std::to_string(static_cast<int>(r.getFinishReason())));
         if (!enum_in_range(r.getVerdict(), wire::Verdict::SANDBOX_VIOLATION))
           return invalid("trajectory: unknown verdict " + std::to_string(static_cast<int>(r.getVerdict())));
+        for (size_t i = 0; i < x.behaviour_logprobs.size(); ++i)
+          if (!std::isfinite(x.behaviour_logprobs[i]))
+            return invalid("trajectory: the log-probability of output token " + std::to_string(i) + " is " +
+                           std::to_string(x.behaviour_logprobs[i]) + "; the rollout node computed it wrong");
         x.finish = static_cast<finish_reason>(r.getFinishReason());
         x.reward = r.getReward();
+        if (!std::isfinite(x.reward))
+          return invalid("trajectory: the reward is " + std::to_string(x.reward));
         x.judged = static_cast<verdict>(r.getVerdict());
         x.verdict_detail = to_std(r.getVerdictDetail());
         auto t = r.getTimestamps();
@@ -323,7 +336,7 @@ caf::expected<std::vector<char>> encode(const weight_manifest& x) {
   for (unsigned i = 0; i < x.tensors.size(); ++i) {
     auto& t = x.tensors[i];
     auto e = list[i];
-    e.setName(t.name);
+    e.setName(text(t.name));
     e.setDtype(static_cast<wire::DType>(t.type));
     fill(e.initShape(t.shape.size()), t.shape);
     e.setOffset(t.offset);
@@ -369,22 +382,22 @@ caf::expected<std::vector<char>> encode(const reward_task& x) {
   root.setKind(static_cast<wire::TaskKind>(x.kind));
   auto refs = root.initReferences(x.references.size());
   for (unsigned i = 0; i < x.references.size(); ++i)
-    refs.set(i, x.references[i]);
+    refs.set(i, text(x.references[i]));
   root.setLastNumberAnswer(x.last_number_answer);
   fill(root.initNumbers(x.numbers.size()), x.numbers);
   root.setTarget(x.target);
   auto cases = root.initIoCases(x.io_cases.size());
   for (unsigned i = 0; i < x.io_cases.size(); ++i) {
-    cases[i].setInput(x.io_cases[i].input);
-    cases[i].setExpectedOutput(x.io_cases[i].expected_output);
+    cases[i].setInput(text(x.io_cases[i].input));
+    cases[i].setExpectedOutput(text(x.io_cases[i].expected_output));
   }
   auto asserts = root.initAssertions(x.assertions.size());
   for (unsigned i = 0; i < x.assertions.size(); ++i)
-    asserts.set(i, x.assertions[i]);
-  root.setTestSetup(x.test_setup);
+    asserts.set(i, text(x.assertions[i]));
+  root.setTestSetup(text(x.test_setup));
   auto entries = root.initEntryPoints(x.entry_points.size());
   for (unsigned i = 0; i < x.entry_points.size(); ++i)
-    entries.set(i, x.entry_points[i]);
+    entries.set(i, text(x.entry_points[i]));
   root.setCaseTimeS(x.case_time_s);
   root.setTotalTimeS(x.total_time_s);
   root.setPartialCredit(x.partial_credit);
@@ -424,16 +437,16 @@ caf::expected<std::vector<char>> encode(const node_hello& x) {
   auto root = builder.initRoot<wire::NodeHello>();
   root.setSchemaVersion(schema_version);
   root.setProtocolVersion(x.protocol_version);
-  root.setAppId(x.app_id);
-  root.setNodeName(x.node_name);
+  root.setAppId(text(x.app_id));
+  root.setNodeName(text(x.node_name));
   auto roles = root.initRoles(x.roles.size());
   for (unsigned i = 0; i < x.roles.size(); ++i)
-    roles.set(i, x.roles[i]);
-  root.setHost(x.host);
+    roles.set(i, text(x.roles[i]));
+  root.setHost(text(x.host));
   root.setPort(x.port);
   root.setPid(x.pid);
-  root.setHostname(x.hostname);
-  root.setBuild(x.build);
+  root.setHostname(text(x.hostname));
+  root.setBuild(text(x.build));
   root.setWallClockNs(x.wall_clock_ns);
   return finish(builder);
 }
@@ -465,7 +478,7 @@ caf::expected<std::vector<char>> encode(const node_stats& x) {
   capnp::MallocMessageBuilder builder;
   auto root = builder.initRoot<wire::NodeStats>();
   root.setSchemaVersion(schema_version);
-  root.setNodeName(x.node_name);
+  root.setNodeName(text(x.node_name));
   root.setUptimeNs(x.uptime_ns);
   root.setPeersConnected(x.peers_connected);
   root.setPeersLost(x.peers_lost);
@@ -507,7 +520,7 @@ caf::expected<std::vector<char>> encode(const run_state& x) {
   auto drops = root.initDropReasons(static_cast<unsigned>(x.drop_reasons.size()));
   unsigned i = 0;
   for (auto& [reason, count] : x.drop_reasons) {
-    drops[i].setReason(reason);
+    drops[i].setReason(text(reason));
     drops[i].setCount(count);
     ++i;
   }
@@ -540,7 +553,8 @@ caf::expected<run_state> decode<run_state>(const char* data, size_t size) {
         x.trained = r.getTrained();
         x.dropped = r.getDropped();
         for (auto d : r.getDropReasons())
-          x.drop_reasons[to_std(d.getReason())] += d.getCount();
+          if (!x.drop_reasons.emplace(to_std(d.getReason()), d.getCount()).second)
+            return invalid("run_state: drop reason \"" + to_std(d.getReason()) + "\" is listed twice");
         x.max_staleness = r.getMaxStaleness();
         x.reward_mean_first = r.getRewardMeanFirst();
         x.reward_mean_last = r.getRewardMeanLast();
@@ -554,13 +568,19 @@ caf::expected<run_state> decode<run_state>(const char* data, size_t size) {
         x.trained_tokens = r.getTrainedTokens();
         x.elapsed_s = r.getElapsedS();
         x.metrics_bytes = r.getMetricsBytes();
-        if (x.version < 0 || x.steps < 0 || x.trained < 0 || x.dropped < 0 || x.admitted != x.trained + x.dropped ||
-            x.metrics_bytes < -1 || x.generated_tokens < 0 || x.trained_tokens < 0 || !(x.elapsed_s >= 0))
+        int64_t settled = 0;
+        if (x.version < 0 || x.steps < 0 || x.trained < 0 || x.dropped < 0 ||
+            __builtin_add_overflow(x.trained, x.dropped, &settled) || x.admitted != settled ||
+            x.metrics_bytes < -1 || x.generated_tokens < 0 || x.trained_tokens < 0 || !(x.elapsed_s >= 0) ||
+            !std::isfinite(x.elapsed_s))
           return invalid("run_state: impossible counters (version " + std::to_string(x.version) + ", steps " +
                          std::to_string(x.steps) + ", admitted " + std::to_string(x.admitted) + ", trained " +
                          std::to_string(x.trained) + ", dropped " + std::to_string(x.dropped) + ", tokens " +
                          std::to_string(x.generated_tokens) + "/" + std::to_string(x.trained_tokens) + ", elapsed " +
                          std::to_string(x.elapsed_s) + " s, metrics bytes " + std::to_string(x.metrics_bytes) + ")");
+        if (!std::isfinite(x.reward_mean_first) || !std::isfinite(x.reward_mean_last))
+          return invalid("run_state: the reward means (" + std::to_string(x.reward_mean_first) + ", " +
+                         std::to_string(x.reward_mean_last) + ") are not numbers");
         return x;
       });
 }

@@ -109,7 +109,8 @@ config_result validate(toml::table root, const std::string& source, const std::v
     return {std::nullopt, ctx.errors};
   for (auto&& [key, value] : root) {
     auto& sections = settings::table();
-    if (std::none_of(sections.begin(), sections.end(), [&](auto& s) { return key.str() == s.name; })) {
+    std::string_view name = key.str();  // C++17 lambdas cannot capture a structured binding
+    if (std::none_of(sections.begin(), sections.end(), [&](auto& s) { return name == s.name; })) {
       std::vector<std::string> names;
       for (auto& s : sections)
         names.emplace_back(s.name);

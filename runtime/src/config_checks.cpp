@@ -157,8 +157,9 @@ void apply_override(toml::table& root, const std::string& text, context& ctx) {
 
 void check_table(toml::table& table, const settings::section& section, const std::string& prefix, context& ctx) {
   for (auto&& [key, value] : table) {
+    std::string_view name = key.str();  // C++17 lambdas cannot capture a structured binding
     auto known = std::any_of(section.settings.begin(), section.settings.end(),
-                             [&](const settings::setting& f) { return key.str() == f.key; });
+                             [&](const settings::setting& f) { return name == f.key; });
     if (!known) {
       std::vector<std::string> names;
       for (auto& f : section.settings)

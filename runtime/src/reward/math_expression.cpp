@@ -71,7 +71,7 @@ class reader {
     if (++depth_ > max_depth)
       return std::nullopt;
     std::string out;
-    bool operand_before = false;
+    bool operand_before = false, any_operand = false;
     while (true) {
       skip_spaces();
       if (i_ >= s_.size()) {
@@ -107,8 +107,13 @@ class reader {
         out += "*";
       out += "(" + *operand + ")";
       operand_before = true;
+      any_operand = true;
     }
     --depth_;
+    // Nothing but operators, or nothing at all ("\sqrt{}"): no expression. GiNaC's
+    // parser dereferences a null pointer on a call without arguments ("sqrt()").
+    if (!any_operand)
+      return std::nullopt;
     return out;
   }
 

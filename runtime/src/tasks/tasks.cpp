@@ -2,6 +2,7 @@
 #include "areal/tasks/tasks.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -75,6 +76,17 @@ class jsonl_file_source : public task_source {
   uint64_t position_ = 0;
 };
 
+// A JSON integer that fits int64_t; nlohmann would convert 1e40 or 2.5 with undefined or silent results.
+int64_t integer(const nlohmann::json& j, const char* key) {
+  if (j.is_number_unsigned()) {
+    if (j.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX))
+      return static_cast<int64_t>(j.get<uint64_t>());
+  } else if (j.is_number_integer()) {
+    return j.get<int64_t>();
+  }
+  throw std::invalid_argument(std::string{"\""} + key + "\" must hold integers that fit 64 bits, not " + j.dump());
+}
+
 task_kind parse_kind(const std::string& s, const std::string& where) {
   if (s == "math")
     return task_kind::math;
@@ -106,6 +118,10 @@ std::vector<task_item> read_jsonl(const std::string& path, jsonl_counts* counts)
   std::ifstream in(path);
   if (!in)
     throw std::invalid_argument(path + ": cannot open the dataset");
+  return parse_jsonl(in, path, counts);
+}
+
+std::vector<task_item> parse_jsonl(std::istream& in, const std::string& path, jsonl_counts* counts) {
   std::vector<task_item> items;
   std::string line;
   size_t number = 1;
@@ -127,8 +143,14 @@ std::vector<task_item> read_jsonl(const std::string& path, jsonl_counts* counts)
       item.task.kind = parse_kind(t.value("kind", "math"), where);
       item.task.references = t.value("references", std::vector<std::string>{});
       item.task.last_number_answer = t.value("last_number_answer", false);
-      item.task.numbers = t.value("numbers", std::vector<int64_t>{});
-      item.task.target = t.value("target", int64_t{0});
+      if (t.contains("numbers")) {
+        if (!t["numbers"].is_array())
+          throw std::invalid_argument("\"numbers\" must be a list of integers");
+        for (auto& n : t["numbers"])
+          item.task.numbers.push_back(integer(n, "numbers"));
+      }
+      if (t.contains("target"))
+        item.task.target = integer(t["target"], "target");
       for (auto& c : t.value("io_cases", nlohmann::json::array()))
         item.task.io_cases.push_back({c.at("input").get<std::string>(), c.at("output").get<std::string>()});
       item.task.assertions = t.value("assertions", std::vector<std::string>{});

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "areal/kernels/model_config.hpp"
@@ -28,6 +29,10 @@ using tensor_map = std::map<std::string, stored_tensor>;
 /// Reads one .safetensors file.
 tensor_map read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata = nullptr);
 
+/// Reads a .safetensors file's bytes (`path` names them in errors).
+tensor_map parse_safetensors(const char* data, size_t size, const std::string& path,
+                             std::map<std::string, std::string>* metadata = nullptr);
+
 /// Writes one .safetensors file (atomically: a temporary file renamed into place).
 void write_safetensors(const std::string& path, const tensor_map& tensors,
                        const std::map<std::string, std::string>& metadata = {});
@@ -35,6 +40,9 @@ void write_safetensors(const std::string& path, const tensor_map& tensors,
 /// Reads every tensor of a checkpoint directory: model.safetensors, or the
 /// shards listed by model.safetensors.index.json.
 tensor_map read_checkpoint(const std::string& directory);
+
+/// The weight map of a model.safetensors.index.json text: shard file -> its tensors.
+std::map<std::string, std::vector<std::string>> parse_checkpoint_index(std::string_view text, const std::string& path);
 
 /// Writes the tensors as model.safetensors, or as shards of at most
 /// `max_shard_bytes` with an index when they do not fit in one.

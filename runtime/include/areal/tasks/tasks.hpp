@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <istream>
 #include <memory>
 #include <optional>
 #include <random>
@@ -68,6 +69,8 @@ struct jsonl_counts {
 /// The items of a JSONL file in file order (the format of jsonl_source); a
 /// malformed line is an error naming the file and line.
 std::vector<task_item> read_jsonl(const std::string& path, jsonl_counts* counts = nullptr);
+/// The same, from a stream (`path` names it in errors).
+std::vector<task_item> parse_jsonl(std::istream& in, const std::string& path, jsonl_counts* counts = nullptr);
 /// A finite source over items (positions are indices into them).
 std::unique_ptr<task_source> item_source(std::vector<task_item> items);
 /// Writes items in that format.
