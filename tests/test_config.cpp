@@ -72,6 +72,15 @@ TEST_CASE("the resolved configuration reloads to the same configuration") {
         third.config->resolved_toml.substr(third.config->resolved_toml.find('\n')));
 }
 
+TEST_CASE("an override naming an array entry past any index is an error, not a crash") {
+  // Found by fuzzing (tests/fuzz/corpus/config/regression_huge_index): std::stoul threw.
+  for (auto index : {"99999999999999999999999", "2", "1000000000"}) {
+    auto r = parse_config(two_nodes, "topo.toml", {std::string{"nodes["} + index + "].port=1"});
+    REQUIRE(r.errors.size() == 1);
+    CHECK(contains(r.errors[0], std::string{"no entry '"} + index + "' in 'nodes' (it has 2 entries"));
+  }
+}
+
 TEST_CASE("unknown key names file and line and column and key path and the valid keys") {
   std::string text = two_nodes;
   text.insert(text.find("[cluster]") + 10, "heartbeat_ms = 5\n");

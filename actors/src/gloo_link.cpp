@@ -1,20 +1,49 @@
 // The Gloo link (gloo_link.hpp): the one translation unit with c10d headers.
 #include "gloo_link.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "areal/messages/codec.hpp"
+#include "rendezvous_store.hpp"
 
 namespace areal {
 
+namespace {
+
+// c10d's view of one authenticated connection to the rendezvous store: what
+// ProcessGroupGloo needs to exchange its addresses (set, get, wait), and the rest.
+class authenticated_store final : public c10d::Store {
+ public:
+  authenticated_store(const std::string& host, uint16_t port, const std::string& secret,
+                      std::chrono::milliseconds timeout)
+      : c10d::Store(timeout), client_(host, port, secret, timeout) {}
+  void set(const std::string& key, const std::vector<uint8_t>& value) override { client_.set(key, value); }
+  std::vector<uint8_t> get(const std::string& key) override { return client_.get(key, timeout_); }
+  int64_t add(const std::string& key, int64_t value) override { return client_.add(key, value); }
+  bool deleteKey(const std::string& key) override { return client_.erase(key); }
+  bool check(const std::vector<std::string>& keys) override { return client_.check(keys); }
+  int64_t getNumKeys() override { return client_.size(); }
+  void wait(const std::vector<std::string>& keys) override { client_.wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    client_.wait(keys, timeout);
+  }
+
+ private:
+  store_client client_;
+};
+
+}  // namespace
+
 struct gloo_rendezvous::impl {
-  c10::intrusive_ptr<c10d::TCPStore> store;
+  std::unique_ptr<store_server> server;
+  std::string secret;
 };
 
 struct gloo_link::impl {
@@ -49,12 +78,9 @@ auto rethrow_as_runtime_error(const char* what, F f) {
 gloo_rendezvous::gloo_rendezvous(const std::string& host, std::chrono::milliseconds timeout)
     : host_(host), impl_(std::make_unique<impl>()) {
   rethrow_as_runtime_error("cannot start the Gloo rendezvous", [&] {
-    c10d::TCPStoreOptions options;
-    options.port = 0;
-    options.isServer = true;
-    options.waitWorkers = false;
-    options.timeout = timeout;
-    impl_->store = c10::make_intrusive<c10d::TCPStore>(host, options);
+    impl_->secret = make_store_secret();
+    // A peer gets at most this long to prove the secret before it is turned away.
+    impl_->server = std::make_unique<store_server>(host, impl_->secret, std::min(timeout, std::chrono::milliseconds(5000)));
     return 0;
   });
 }
@@ -62,27 +88,33 @@ gloo_rendezvous::gloo_rendezvous(const std::string& host, std::chrono::milliseco
 gloo_rendezvous::~gloo_rendezvous() = default;
 
 uint16_t gloo_rendezvous::port() const {
-  return impl_->store->getPort();
+  return impl_->server->port();
+}
+
+const std::string& gloo_rendezvous::secret() const {
+  return impl_->secret;
+}
+
+uint64_t gloo_rendezvous::refused() const {
+  return impl_->server->refused();
 }
 
 gloo_link::gloo_link(gloo_rendezvous& rendezvous, const std::string& prefix, std::chrono::milliseconds timeout)
     : impl_(std::make_unique<impl>()) {
   impl_->timeout = timeout;
   impl_->group = rethrow_as_runtime_error("cannot open the Gloo link (sending side)", [&] {
-    return make_group(rendezvous.get().store, prefix, 0, rendezvous.host(), timeout);
+    auto store = c10::make_intrusive<authenticated_store>(rendezvous.host(), rendezvous.port(), rendezvous.secret(),
+                                                          timeout);
+    return make_group(store, prefix, 0, rendezvous.host(), timeout);
   });
 }
 
-gloo_link::gloo_link(const std::string& host, uint16_t port, const std::string& prefix, const std::string& device_host,
-                     std::chrono::milliseconds timeout)
+gloo_link::gloo_link(const std::string& host, uint16_t port, const std::string& secret, const std::string& prefix,
+                     const std::string& device_host, std::chrono::milliseconds timeout)
     : impl_(std::make_unique<impl>()) {
   impl_->timeout = timeout;
   impl_->group = rethrow_as_runtime_error("cannot open the Gloo link (receiving side)", [&] {
-    c10d::TCPStoreOptions options;
-    options.port = port;
-    options.isServer = false;
-    options.timeout = timeout;
-    auto store = c10::make_intrusive<c10d::TCPStore>(host, options);
+    auto store = c10::make_intrusive<authenticated_store>(host, port, secret, timeout);
     return make_group(store, prefix, 1, device_host, timeout);
   });
 }

@@ -1,6 +1,7 @@
 // A point-to-point Gloo link between two processes: LibTorch's bundled c10d
-// ProcessGroupGloo with two ranks (0 sends, 1 receives), met through a c10d
-// TCPStore that the sending node hosts. One link per subscriber, so that a
+// ProcessGroupGloo with two ranks (0 sends, 1 receives), met through the
+// authenticated rendezvous store that the sending node hosts
+// (rendezvous_store.hpp: only peers holding the run's secret get in). One link per subscriber, so that a
 // subscriber that dies or joins late never stalls the others (a collective
 // broadcast would tie every receiver to the slowest). Kept out of the headers
 // that many files include: c10d's headers are heavy.
@@ -19,7 +20,8 @@ class Tensor;
 
 namespace areal {
 
-/// The rendezvous server of a node's Gloo links (a TCPStore on an ephemeral port).
+/// The rendezvous of a node's Gloo links: an authenticated store on an ephemeral
+/// port of the node's topology address, with a fresh secret.
 class gloo_rendezvous {
  public:
   /// Listens on `host`, port chosen by the system. Throws std::runtime_error.
@@ -27,9 +29,12 @@ class gloo_rendezvous {
   ~gloo_rendezvous();
   uint16_t port() const;
   const std::string& host() const { return host_; }
+  /// What a receiving side must present; travels only over the control plane.
+  const std::string& secret() const;
+  /// Connections refused for not proving the secret.
+  uint64_t refused() const;
 
   struct impl;
-  impl& get() { return *impl_; }
 
  private:
   std::string host_;
@@ -41,9 +46,9 @@ class gloo_link final : public bulk_link {
   /// The sending side (rank 0), on the node that hosts `rendezvous`. Blocks until
   /// the receiving side joined; throws std::runtime_error after `timeout`.
   gloo_link(gloo_rendezvous& rendezvous, const std::string& prefix, std::chrono::milliseconds timeout);
-  /// The receiving side (rank 1): connects to the rendezvous at host:port.
-  gloo_link(const std::string& host, uint16_t port, const std::string& prefix, const std::string& device_host,
-            std::chrono::milliseconds timeout);
+  /// The receiving side (rank 1): connects to the rendezvous at host:port with its secret.
+  gloo_link(const std::string& host, uint16_t port, const std::string& secret, const std::string& prefix,
+            const std::string& device_host, std::chrono::milliseconds timeout);
   ~gloo_link() override;
 
   const char* backend() const override { return "gloo"; }

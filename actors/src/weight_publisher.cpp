@@ -252,6 +252,7 @@ weight_publisher_actor::behavior_type publisher_behavior(publisher_pointer self,
         entry.local = handle.node() == self->node();
         self->monitor(handle);
         std::string link = entry.local ? "in-process" : "caf";
+        std::string secret;  // appended to what the subscriber gets, never logged
         if (!entry.local && st.setup.backend != weight_backend::caf && !st.bulk_failed) {
           try {
             std::function<std::shared_ptr<bulk_link>()> open;
@@ -263,6 +264,7 @@ weight_publisher_actor::behavior_type publisher_behavior(publisher_pointer self,
                 return std::make_shared<gloo_link>(*rendezvous, prefix, timeout);
               };
               link = "gloo " + st.setup.host + ":" + std::to_string(st.rendezvous->port()) + " " + prefix;
+              secret = st.rendezvous->secret();
             } else {
               auto id = nccl_unique_id();  // throws in a build without NCCL
               open = [id, timeout = st.setup.timeout] { return make_nccl_link(id, 0, timeout); };
@@ -288,7 +290,7 @@ weight_publisher_actor::behavior_type publisher_behavior(publisher_pointer self,
           none.version = -1;
           newest = *pack(none);
         }
-        return caf::make_result(std::move(newest), std::move(link));
+        return caf::make_result(std::move(newest), secret.empty() ? link : link + " " + secret);
       },
       [self](fetch_atom, int64_t version, uint64_t chunk) -> caf::result<uint64_t, std::string> {
         auto& st = self->state;

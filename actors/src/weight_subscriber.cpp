@@ -233,14 +233,14 @@ weight_subscriber_actor::behavior_type subscriber_behavior(subscriber_pointer se
           [self](packed<weight_manifest>& newest, std::string& link) {
             auto& s = self->state;
             std::istringstream words(link);
-            std::string kind, endpoint, prefix;
-            words >> kind >> endpoint >> prefix;
+            std::string kind, endpoint, prefix, secret;
+            words >> kind >> endpoint >> prefix >> secret;
             try {
               if (kind == "gloo" && s.setup.allow_bulk) {
                 auto colon = endpoint.rfind(':');
                 s.link = std::make_unique<gloo_link>(endpoint.substr(0, colon),
                                                      static_cast<uint16_t>(std::stoi(endpoint.substr(colon + 1))),
-                                                     prefix, s.setup.device_host, s.setup.timeout);
+                                                     secret, prefix, s.setup.device_host, s.setup.timeout);
               } else if (kind == "nccl" && s.setup.allow_bulk) {
                 s.link = make_nccl_link(endpoint, 1, s.setup.timeout);
               }

@@ -123,9 +123,9 @@ void apply_override(toml::table& root, const std::string& text, context& ctx) {
       auto& pick = steps[++i];
       toml::table* entry = nullptr;
       if (all_digits(pick)) {
-        auto index = std::stoul(pick);
-        if (index < arr->size())
-          entry = (*arr)[index].as_table();
+        // Compared as text first: std::stoul throws on an index past 64 bits.
+        if (pick.size() <= 9 && std::stoul(pick) < arr->size())
+          entry = (*arr)[std::stoul(pick)].as_table();
       } else {
         for (auto& e : *arr)
           if (auto* t = e.as_table())
