@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -24,7 +25,8 @@ extern char** environ;
 
 namespace areal::test {
 
-/// A directory of its own for one test, removed afterwards.
+/// A directory of its own for one test, removed afterwards (kept, to read its
+/// logs, when the environment sets AREAL_TEST_KEEP).
 struct scratch_dir {
   std::filesystem::path path;
   explicit scratch_dir(const std::string& name) {
@@ -33,6 +35,8 @@ struct scratch_dir {
     std::filesystem::create_directories(path);
   }
   ~scratch_dir() {
+    if (std::getenv("AREAL_TEST_KEEP"))
+      return;
     std::error_code ec;
     std::filesystem::remove_all(path, ec);
   }

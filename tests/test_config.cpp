@@ -6,6 +6,7 @@
 
 #include "areal/runtime/cli.hpp"
 #include "areal/runtime/config.hpp"
+#include "areal/runtime/failpoints.hpp"
 
 using namespace areal;
 
@@ -359,4 +360,36 @@ TEST_CASE("roles mean what they say: one node trains, the controller's or one of
   text = two_nodes;
   text.replace(text.find("[\"controller\", \"trainer\"]"), 25, "[\"controller\"]");
   CHECK(parse_config(text, "topo.toml", {"run.job=probe"}).config);
+}
+
+TEST_CASE("failpoints are off unless named, fire at their probability, and a wrong spec is refused whole") {
+  namespace fp = areal::failpoints;
+  REQUIRE(fp::configure("", 1).empty());
+  CHECK(fp::describe_active().empty());
+  CHECK_FALSE(fp::fire("reward.verifier_hang"));
+  REQUIRE(fp::configure("reward.verifier_hang=1, weights.transfer_cut=0", 1).empty());
+  CHECK(fp::describe_active() == "reward.verifier_hang=1, weights.transfer_cut=0");
+  int hangs = 0, cuts = 0;
+  for (int i = 0; i < 200; ++i) {
+    hangs += fp::fire("reward.verifier_hang");
+    cuts += fp::fire("weights.transfer_cut");
+  }
+  CHECK(hangs == 200);
+  CHECK(cuts == 0);
+  REQUIRE(fp::configure("weights.transfer_cut=0.25", 7).empty());
+  for (int i = 0; i < 4000; ++i)
+    cuts += fp::fire("weights.transfer_cut");
+  CHECK(cuts > 800);  // 1000 expected; the bounds are ten standard deviations wide
+  CHECK(cuts < 1200);
+  CHECK_FALSE(fp::fire("reward.verifier_hang"));  // replaced, not added to
+  // Refused with what to write, and the failpoints on before stay on.
+  CHECK(fp::configure("reward.verifier_hnag=0.1", 1) ==
+        "AREAL_FAILPOINTS: unknown failpoint \"reward.verifier_hnag\" (known: reward.verifier_hang, "
+        "weights.transfer_cut)");
+  CHECK(fp::configure("reward.verifier_hang", 1).find("has no probability") != std::string::npos);
+  CHECK(fp::configure("reward.verifier_hang=1.5", 1).find("must be a number in [0, 1]") != std::string::npos);
+  CHECK(fp::configure("reward.verifier_hang=0.1x", 1).find("must be a number in [0, 1]") != std::string::npos);
+  CHECK(fp::configure("reward.verifier_hang=nan", 1).find("must be a number in [0, 1]") != std::string::npos);
+  CHECK(fp::describe_active() == "weights.transfer_cut=0.25");
+  REQUIRE(fp::configure("", 1).empty());
 }

@@ -35,6 +35,9 @@ struct record {
   bool done = false;
   int32_t code = -1;
   std::string why;
+  // A hung trainer: it takes the request and never answers (no promise kept, so none is broken).
+  bool hang_training = false, hang_checkpoints = false, hang_evaluations = false;
+  int64_t evaluations = 0;
 };
 
 // How a fake rollout worker answers a request (the default: a trajectory at once).
@@ -118,6 +121,9 @@ trainer_actor fake_trainer(caf::actor_system& sys, std::shared_ptr<record> rec) 
   return sys.spawn([rec](trainer_actor::pointer) -> trainer_actor::behavior_type {
     return {
         [=](train_atom, local_batch& batch) -> caf::result<train_report> {
+          if (rec->hang_training) {
+            return caf::delegated<train_report>{};
+          }
           train_report report;
           for (auto& t : *batch.trajectories) {
             rec->trained.emplace_back(t.group_id, t.sample_index);
@@ -132,9 +138,16 @@ trainer_actor fake_trainer(caf::actor_system& sys, std::shared_ptr<record> rec) 
           return local_weights{rec->version, nullptr};
         },
         [=](eval_atom) -> caf::result<int64_t, double, double> {
+          rec->evaluations++;
+          if (rec->hang_evaluations) {
+            return caf::delegated<int64_t, double, double>{};
+          }
           return caf::make_error(caf::sec::unexpected_message, "no evaluator");
         },
-        [=](checkpoint_atom, std::string&, std::string&) {
+        [=](checkpoint_atom, std::string&, std::string&) -> caf::result<int64_t> {
+          if (rec->hang_checkpoints) {
+            return caf::delegated<int64_t>{};
+          }
           rec->checkpoints.push_back(rec->version);
           return rec->version;
         },
@@ -201,6 +214,9 @@ struct fixture {
   ~fixture() {
     for (auto& a : spawned)
       caf::anon_send_exit(a, caf::exit_reason::kill);
+    run();
+    // A request's deadline holds its requester until it fires (an unanswered request to a hung trainer).
+    sched->advance_time(std::chrono::hours(2));
     run();
   }
 
@@ -472,6 +488,90 @@ TEST_CASE("a stop during a step ends the run after it, with a checkpoint, and ev
   CHECK(f.rec->version < 50);
   for (auto& [k, e] : f.ledger(controller))
     CHECK((e[2] == "trained" || e[2] == "dropped"));
+}
+
+TEST_CASE("a trainer that never finishes a step ends the run at the trainer deadline, saying so") {
+  fixture f;
+  auto cs = f.setup(4, 8, 1, 5);
+  cs.trainer_timeout = std::chrono::seconds(30);
+  cs.rollouts = {f.rollout({})};
+  cs.reward = f.reward();
+  f.rec->hang_training = true;
+  auto controller = f.controller(std::move(cs));
+  f.run();
+  CHECK_FALSE(f.rec->done);  // the first step is in flight, and stays there
+  f.sched->advance_time(std::chrono::seconds(29));
+  f.run();
+  CHECK_FALSE(f.rec->done);
+  f.sched->advance_time(std::chrono::seconds(2));
+  f.run();
+  REQUIRE(f.rec->done);
+  CHECK(f.rec->code == 1);
+  CHECK_MESSAGE(f.rec->why ==
+                    "the trainer failed: it did not finish training step 1 within 30 s (cluster.trainer_timeout_s)",
+                f.rec->why);
+  // The end line accounts for every admitted sample.
+  for (auto& [k, e] : f.ledger(controller))
+    CHECK((e[2] == "trained" || e[2] == "dropped"));
+}
+
+TEST_CASE("a checkpoint the trainer never writes ends the run at the deadline, and a hung evaluation is skipped") {
+  fixture f;
+  auto cs = f.setup(4, 8, 1, 3);
+  cs.trainer_timeout = std::chrono::seconds(30);
+  cs.eval_every = 1;
+  cs.rollouts = {f.rollout({})};
+  cs.reward = f.reward();
+  f.rec->hang_checkpoints = true;
+  f.rec->hang_evaluations = true;
+  f.controller(std::move(cs));
+  f.run();
+  // Every step trained (an evaluation in flight holds no step), then the final checkpoint hangs.
+  CHECK(f.rec->version == 3);
+  CHECK(f.rec->evaluations == 1);  // one at a time: the first one still holds the evaluator
+  CHECK_FALSE(f.rec->done);
+  f.sched->advance_time(std::chrono::seconds(31));
+  f.run();
+  REQUIRE(f.rec->done);
+  CHECK(f.rec->code == 1);
+  CHECK_MESSAGE(f.rec->why == "run complete; the final checkpoint failed (it did not write the "
+                               "checkpoint within 30 s (cluster.trainer_timeout_s))",
+                f.rec->why);
+}
+
+TEST_CASE("the member deadline counts from when the role went missing, anew each time it does") {
+  using std::chrono::seconds;
+  fixture f;
+  auto cs = f.setup(4, 8, 1, 4);
+  cs.rollouts = {f.rollout({})};
+  cs.member_timeout = seconds(30);
+  auto first = f.reward(true);  // pools that hold every sample: the run makes no step meanwhile
+  cs.reward = first;
+  auto controller = f.controller(std::move(cs));
+  f.run();
+  caf::anon_send_exit(first, caf::exit_reason::kill);  // missing from t = 0
+  f.run();
+  f.sched->advance_time(seconds(20));
+  f.run();
+  auto second = f.reward(true);  // back at t = 20
+  caf::anon_send(controller, join_atom::value, std::string{"scorer"}, std::string{"reward"},
+                 caf::actor_cast<caf::actor>(second));
+  f.run();
+  f.sched->advance_time(seconds(5));
+  f.run();
+  caf::anon_send_exit(second, caf::exit_reason::kill);  // missing again from t = 25
+  f.run();
+  f.sched->advance_time(seconds(10));  // t = 35: past the first absence's deadline, not this one's
+  f.run();
+  CHECK_MESSAGE(!f.rec->done, f.rec->why);
+  f.sched->advance_time(seconds(19));  // t = 54
+  f.run();
+  CHECK_FALSE(f.rec->done);
+  f.sched->advance_time(seconds(2));  // t = 56
+  f.run();
+  REQUIRE(f.rec->done);
+  CHECK(f.rec->code == 1);
+  CHECK_MESSAGE(f.rec->why.find("no reward pool for 30 s") == 0, f.rec->why);
 }
 
 TEST_CASE("a run with no reward pool stops at the member deadline, saying which role is missing") {

@@ -14,6 +14,7 @@
 
 #include "actor_test_system.hpp"
 #include "areal/actors/weight_transport.hpp"
+#include "areal/runtime/failpoints.hpp"
 
 using namespace areal;
 using namespace std::chrono_literals;
@@ -216,6 +217,39 @@ TEST_CASE("a chunk damaged every time is reported and the damaged version never 
   auto got = t.wait_weights(2);
   REQUIRE(got);
   CHECK(got->version == 3);  // version 2 was never handed to the sink
+  CHECK(identical(*got->flat, *third.flat));
+  (*t.receiver.self)->send_exit(sub, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("a bulk transfer cut half-way is abandoned within the deadline and the version arrives over CAF") {
+  auto setup = setup_for(weight_backend::gloo);
+  setup.timeout = 2s;
+  two_systems t{setup};
+  t.publish(make_weights(1, 100'000));
+  auto sub = t.subscribe(weight_backend::gloo);
+  REQUIRE(t.wait_weights(1));
+  // The sending side stops after half the chunks and closes the link, as when its node dies mid-transfer.
+  REQUIRE(areal::failpoints::configure("weights.transfer_cut=1", 1).empty());
+  auto second = make_weights(2, 100'000);
+  auto started = std::chrono::steady_clock::now();
+  auto reports = t.publish(second);
+  REQUIRE(areal::failpoints::configure("", 1).empty());
+  REQUIRE(reports.size() == 1);
+  CHECK_MESSAGE(reports[0].error.empty(), reports[0].error);
+  CHECK(reports[0].backend == "caf (after a gloo failure)");
+  auto got = t.wait_weights(2);
+  REQUIRE(got);
+  CHECK(identical(*got->flat, *second.flat));
+  MESSAGE("version 2 arrived over CAF "
+          << std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()
+          << " s after it was published (transfer deadline 2 s)");
+  // The next version travels too (over CAF: the link is not opened again).
+  auto third = make_weights(3, 100'000);
+  reports = t.publish(third);
+  REQUIRE(reports.size() == 1);
+  CHECK(reports[0].error.empty());
+  got = t.wait_weights(3);
+  REQUIRE(got);
   CHECK(identical(*got->flat, *third.flat));
   (*t.receiver.self)->send_exit(sub, caf::exit_reason::user_shutdown);
 }

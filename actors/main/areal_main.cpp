@@ -17,6 +17,7 @@
 #include "areal/runtime/blas_core.hpp"
 #include "areal/runtime/certs.hpp"
 #include "areal/runtime/cli.hpp"
+#include "areal/runtime/failpoints.hpp"
 #include "areal/runtime/files.hpp"
 #include "areal/runtime/log.hpp"
 #include "areal/runtime/report.hpp"
@@ -89,6 +90,12 @@ int main(int argc, char** argv) {
   }
   auto& node = *choice.node;
   areal::log::init(node.name, options.log_level);
+  if (auto wrong = areal::failpoints::configure_from_environment(); !wrong.empty()) {
+    std::cerr << "areal: " << wrong << "\n";
+    return areal::exit_bad_input;
+  }
+  if (auto on = areal::failpoints::describe_active(); !on.empty())
+    spdlog::warn("failpoints on (AREAL_FAILPOINTS): {}; this process injects faults, for chaos testing only", on);
   // Peers must be nodes of the topology: an RL run whose topology lacks a role would wait for it forever.
   if (!config.run.probe_only)
     for (auto needed : {areal::role::rollout, areal::role::reward}) {

@@ -154,13 +154,16 @@ namespace {
 // The actor that holds one rollout worker's requests: it sends each on and
 // hands the reply (or the error) back to whoever sent it the request, as
 // (reply_atom, request id, reply). It holds no reference to the controller
-// between requests, so that the two do not keep each other alive.
+// between requests, so that the two do not keep each other alive. Its own wait
+// ends with the controller's deadline, and it ends with the controller (linked):
+// a reply that never comes holds nothing, not even the actor system's shutdown.
 member_link_actor spawn_link(controller_pointer self, rollout_actor worker) {
-  return self->spawn([worker](member_link_actor::pointer link) -> member_link_actor::behavior_type {
-    return {[link, worker](uint64_t rid, packed<generation_request>& request, packed<reward_task>& task,
-                           caf::actor& pool, caf::actor& store) {
+  auto timeout = self->state.setup.request_timeout;
+  return self->spawn<caf::linked>([worker, timeout](member_link_actor::pointer link) -> member_link_actor::behavior_type {
+    return {[link, worker, timeout](uint64_t rid, packed<generation_request>& request, packed<reward_task>& task,
+                                    caf::actor& pool, caf::actor& store) {
       auto to = caf::actor_cast<controller_actor>(link->current_sender());
-      link->request(worker, caf::infinite, std::move(request), std::move(task), pool, store)
+      link->request(worker, timeout, std::move(request), std::move(task), pool, store)
           .then([link, to, rid](sample_summary& summary) { link->send(to, reply_atom::value, rid, std::move(summary)); },
                 [link, to, rid](caf::error& err) { link->send(to, reply_atom::value, rid, std::move(err)); });
     }};
@@ -195,14 +198,19 @@ void dispatch(controller_pointer self, uint64_t worker, uint64_t pool, stream_sa
 }
 
 // With no rollout worker, or no reward pool, no sample can go out (each goes
-// out with both): the run waits member_timeout for the missing role.
+// out with both): the run waits member_timeout for the missing role, counted
+// from when it went missing (a role that comes back and goes again starts anew).
 void arm_member_deadline(controller_pointer self) {
   auto& st = self->state;
-  if ((!st.rollouts.empty() && !st.rewards.empty()) || st.member_deadline_armed || st.phase == run_phase::finished ||
-      st.setup.agent_episodes)
+  if ((!st.rollouts.empty() && !st.rewards.empty()) || st.phase == run_phase::finished || st.setup.agent_episodes)
+    return;
+  auto now = self->clock().now();
+  if (!st.members_missing_since)
+    st.members_missing_since = now;
+  if (st.member_deadline_armed)
     return;
   st.member_deadline_armed = true;
-  self->delayed_send(self, st.setup.member_timeout, caf::tick_atom::value);
+  self->delayed_send(self, *st.members_missing_since + st.setup.member_timeout - now, caf::tick_atom::value);
 }
 
 void on_join(controller_pointer self, const std::string& node, const std::string& role, const caf::actor& handle) {
@@ -218,6 +226,8 @@ void on_join(controller_pointer self, const std::string& node, const std::string
   if (!(rollout ? st.rollouts.add(handle, node, name) : st.rewards.add(handle, node, name)))
     return;
   self->monitor(handle);
+  if (!st.rollouts.empty() && !st.rewards.empty())
+    st.members_missing_since.reset();
   spdlog::info("controller: a {} joined from node {} ({} rollout worker(s), {} reward pool(s))",
                role == "rollout" ? "rollout worker" : "reward pool", node, st.rollouts.size(), st.rewards.size());
   fill(self);
@@ -234,6 +244,7 @@ void on_member_down(controller_pointer self, const caf::down_msg& down) {
   std::vector<stream_sample> again;
   std::string what, node;
   if (auto link = st.links.find(down.source); link != st.links.end()) {
+    self->unlink_from(link->second);  // its end is not the controller's
     caf::anon_send_exit(link->second, caf::exit_reason::kill);
     st.links.erase(link);
   }
@@ -380,6 +391,10 @@ controller_actor spawn_controller(caf::actor_system& sys, controller_setup setup
           st.member_deadline_armed = false;
           if (st.phase == run_phase::finished || (!st.rollouts.empty() && !st.rewards.empty()))
             return;
+          if (!st.members_missing_since || self->clock().now() - *st.members_missing_since < st.setup.member_timeout) {
+            arm_member_deadline(self);  // missing again since the tick was set: a deadline of its own
+            return;
+          }
           auto missing = st.rollouts.empty() ? std::string{"rollout"} : std::string{"reward"};
           end_run(self, 1,
                   "no " + std::string{missing == "rollout" ? "rollout worker" : "reward pool"} + " for " +

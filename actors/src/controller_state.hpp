@@ -6,8 +6,9 @@
 
 #include <deque>
 #include <map>
-#include <set>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,8 @@ struct controller_state {
   run_phase phase = run_phase::admitting;
   bool training = false, checkpointing = false, evaluating = false;
   bool member_deadline_armed = false;
+  // Since when a role has been missing without a break (the member deadline counts from it).
+  std::optional<caf::actor_clock::time_point> members_missing_since;
   // Rollout requests in flight by deadline (send order: one timeout for all), and whether the timer runs.
   std::deque<std::pair<caf::actor_clock::time_point, uint64_t>> deadlines;
   bool request_deadline_armed = false;

@@ -46,6 +46,15 @@ controller_checkpoint checkpoint_record(controller_state& st) {
   return c;
 }
 
+// Why a request to the trainer failed; a deadline that passed says which setting it was.
+std::string trainer_failure(const controller_state& st, const std::string& what, const caf::error& err) {
+  if (err == caf::sec::request_timeout)
+    return "it did not " + what + " within " +
+           std::to_string(std::chrono::duration_cast<std::chrono::seconds>(st.setup.trainer_timeout).count()) +
+           " s (cluster.trainer_timeout_s)";
+  return describe(err);
+}
+
 // Saves the run (trainer state + this controller's record) at the current version.
 // `then` runs once the checkpoint is on disk (with "") or failed (with the reason;
 // the previous checkpoint is then the one on disk).
@@ -57,7 +66,7 @@ void save_checkpoint(controller_pointer self, F then) {
     return;
   }
   st.checkpointing = true;
-  self->request(st.setup.trainer, caf::infinite, checkpoint_atom::value, st.setup.checkpoint_dir,
+  self->request(st.setup.trainer, st.setup.trainer_timeout, checkpoint_atom::value, st.setup.checkpoint_dir,
                 checkpoint_record(st).to_bytes())
       .then(
           [self, then](int64_t version) mutable {
@@ -67,8 +76,9 @@ void save_checkpoint(controller_pointer self, F then) {
           },
           [self, then](caf::error& err) mutable {
             self->state.checkpointing = false;
-            spdlog::error("checkpoint failed: {}", describe(err));
-            then(describe(err));
+            auto why = trainer_failure(self->state, "write the checkpoint", err);
+            spdlog::error("checkpoint failed: {}", why);
+            then(why);
           });
 }
 
@@ -88,7 +98,7 @@ void request_evaluation(controller_pointer self) {
   if (st.evaluating)
     return;
   st.evaluating = true;
-  self->request(st.setup.trainer, caf::infinite, eval_atom::value)
+  self->request(st.setup.trainer, st.setup.trainer_timeout, eval_atom::value)
       .then(
           [self](int64_t version, double accuracy, double mean_tokens) {
             self->state.evaluating = false;
@@ -97,7 +107,7 @@ void request_evaluation(controller_pointer self) {
           },
           [self](caf::error& err) {
             self->state.evaluating = false;
-            spdlog::warn("evaluation failed: {}", describe(err));
+            spdlog::warn("evaluation skipped: {}", trainer_failure(self->state, "evaluate", err));
           });
 }
 
@@ -220,11 +230,13 @@ void try_train(controller_pointer self) {
     slots.push_back(t.slot);
   }
   st.training = true;
-  self->request(st.setup.store, caf::infinite, train_atom::value, std::move(slots))
+  self->request(st.setup.store, st.setup.trainer_timeout, train_atom::value, std::move(slots))
       .then([self, facts](train_report& report) { on_trained(self, report, facts); },
             [self](caf::error& err) {
-              self->state.training = false;
-              finish(self, 1, "the trainer failed: " + describe(err));
+              auto& s = self->state;
+              s.training = false;
+              auto step = "finish training step " + std::to_string(s.stats.steps + 1);
+              finish(self, 1, "the trainer failed: " + trainer_failure(s, step, err));
             });
 }
 

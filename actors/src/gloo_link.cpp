@@ -11,6 +11,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "areal/messages/codec.hpp"
+#include "areal/runtime/failpoints.hpp"
 #include "rendezvous_store.hpp"
 
 namespace areal {
@@ -184,6 +185,9 @@ void gloo_link::send_version(const weight_manifest& m, const at::Tensor* bytes, 
       std::memcpy(altered.back().data_ptr(), copy.data(), size);
       chunk = altered.back();
     }
+    if (i == count / 2 && failpoints::fire("weights.transfer_cut"))
+      throw std::runtime_error("version " + std::to_string(m.version) + " cut after " + std::to_string(i) + " of " +
+                               std::to_string(count) + " chunk(s) (failpoint weights.transfer_cut)");
     post_send(chunk, static_cast<int>(2 * i + 1));
     post_send(sums.narrow(0, static_cast<int64_t>(i), 1), static_cast<int>(2 * i + 2));
   }

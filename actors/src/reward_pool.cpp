@@ -9,10 +9,12 @@
 #include <deque>
 #include <mutex>
 #include <optional>
+#include <thread>
 #include <unordered_map>
 
 #include <caf/all.hpp>
 
+#include "areal/runtime/failpoints.hpp"
 #include "areal/runtime/log.hpp"
 
 namespace areal {
@@ -107,6 +109,15 @@ struct worker_link {
   std::atomic<uint64_t> job{0};        // the job being verified, 0 when idle
   std::atomic<int64_t> started_ns{0};  // when it began (steady clock)
 };
+
+// The failpoint reward.verifier_hang: a verification that never finishes by itself.
+// It ends when the pool gives up on it (its deadline) or closes; ten minutes at most.
+reward::verification hang_until_cancelled(const std::atomic<bool>& cancel) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::minutes(10);
+  while (!cancel.load() && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return {verdict::error, 0.0f, "the verifier hung (failpoint reward.verifier_hang)"};
+}
 
 // A worker: on its own thread, it takes jobs from the board and verifies them one at a
 // time until the board closes or the pool cancels it (it then ends after the job in hand).
@@ -321,6 +332,8 @@ reward_pool_impl::behavior_type reward_pool(pool_pointer self, reward_pool_confi
   if (!config.scorer) {
     auto options = config.scoring;
     config.scorer = [options](const std::string& response, const reward_task& task, const std::atomic<bool>& cancel) {
+      if (failpoints::fire("reward.verifier_hang"))
+        return hang_until_cancelled(cancel);
       return reward::score_response(response, task, options, &cancel);
     };
   }

@@ -273,6 +273,7 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
   cs.trace = trace;
   cs.listener = caf::actor_cast<done_listener_actor>(caf::actor{self});
   cs.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.cluster.request_timeout_s * 1000));
+  cs.trainer_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.cluster.trainer_timeout_s * 1000));
   cs.member_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.cluster.connect_timeout_s * 1000));
   cs.agent_episodes = c.task.kind == "agent";
   cs.episode_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.endpoint.episode_timeout_s * 1000));

@@ -40,12 +40,13 @@ trainer_side spawn_trainer_side(caf::actor_system& sys, const run_config& c, con
     // The current weights first, for the nodes that join.
     caf::scoped_actor boot{sys};
     local_weights initial{s.initial_version, std::make_shared<const at::Tensor>(m.policy->flat().clone())};
-    boot->request(side.publisher, caf::infinite, publish_atom::value, initial)
-        .receive([](std::vector<weight_delivery>&) {}, [](caf::error&) {});
+    auto failed = [](caf::error& err) { spdlog::warn("weight publisher: {}", describe(err)); };
+    boot->request(side.publisher, ps.timeout, publish_atom::value, initial)
+        .receive([](std::vector<weight_delivery>&) {}, failed);
     for (size_t i = 0; i < s.rollouts.size(); ++i)
-      boot->request(side.publisher, caf::infinite, subscribe_atom::value, "rollout-" + std::to_string(i),
+      boot->request(side.publisher, ps.timeout, subscribe_atom::value, "rollout-" + std::to_string(i),
                     caf::actor_cast<caf::actor>(s.rollouts[i]))
-          .receive([](packed<weight_manifest>&, std::string&) {}, [](caf::error&) {});
+          .receive([](packed<weight_manifest>&, std::string&) {}, failed);
   }
   if (s.evals && !s.evals->prompts.empty()) {
     evaluator_setup es;

@@ -175,6 +175,10 @@ std::vector<section> make_table() {
               "deadline of one weight transfer to one node"),
            in("request_timeout_s", &c::cluster, &cluster_spec::request_timeout_s, 1, 86400,
               "deadline of one generation or reward request; a sample whose request fails is generated again"),
+           in("trainer_timeout_s", &c::cluster, &cluster_spec::trainer_timeout_s, 1, 604800,
+              "deadline of one training step, checkpoint or evaluation on the trainer; past it a step or "
+              "checkpoint ends the run with that reason (resume from the last checkpoint on disk), an "
+              "evaluation is skipped"),
        }});
   t.push_back({"model",
                false,

@@ -130,6 +130,7 @@ sim_result simulate(const sim_setup& setup) {
   c.store = caf::actor_cast<sample_store_actor>(store);
   c.request_timeout = std::chrono::hours(24 * 365 * 100);  // virtual time: nothing is late
   c.member_timeout = std::chrono::hours(24 * 365 * 100);
+  c.trainer_timeout = std::chrono::hours(24 * 365 * 100);
   c.listener = caf::actor_cast<done_listener_actor>(listener);
   auto controller = spawn_controller(sys, std::move(c));
 

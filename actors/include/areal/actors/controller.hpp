@@ -54,6 +54,10 @@ struct controller_setup {
   /// Deadline of every sample's request (generation, scoring, storing); a
   /// sample whose request fails is generated again (up to 3 attempts), not lost.
   std::chrono::milliseconds request_timeout{600000};
+  /// Deadline of each request to the trainer (a step, a checkpoint, an
+  /// evaluation): a trainer that hangs ends the run with the reason instead
+  /// of holding it forever.
+  std::chrono::milliseconds trainer_timeout{3600000};
   /// How long the run may have no rollout worker (before the first joins, or
   /// after the last is lost) before it stops with a checkpoint.
   std::chrono::milliseconds member_timeout{120000};

@@ -44,6 +44,7 @@ struct cluster_spec {
   uint64_t weight_chunk_bytes = uint64_t{4} << 20;
   uint32_t transfer_timeout_ms = 60000;  // one weight transfer to one node
   double request_timeout_s = 600;        // one generation or reward request
+  double trainer_timeout_s = 3600;       // one training step, checkpoint or evaluation of the trainer
 };
 
 struct run_spec {
