@@ -15,7 +15,7 @@
 // outside plus the failpoints'); tests/chaos/run_long.sh runs a longer one:
 //   AREAL_CHAOS_FAULTS (default 20)  faults from outside
 //   AREAL_CHAOS_SEED   (default 1)   the schedule's seed
-//   AREAL_CHAOS_STEPS  (default 40 + 4 per fault)  steps of each run
+//   AREAL_CHAOS_STEPS  (default 40 + 10 per fault)  steps of each run
 #include <doctest/doctest.h>
 
 #include <cstdlib>
@@ -111,7 +111,15 @@ run_record run_cluster(const std::string& name, int64_t steps, const chaos_setup
     // The joins take seconds (a warm start, the first weights): faults start once both rollout nodes worked.
     REQUIRE_MESSAGE(head.wait_for("a rollout worker joined from node gen-b", 120s), head.log());
     REQUIRE_MESSAGE(head.wait_for("a rollout worker joined from node gen-a", 120s), head.log());
+    // Spread over the first 80% of the steps, so that the run does not end before its faults.
+    double spread = 0.8 * static_cast<double>(steps) / chaos.faults;
     for (int i = 0; i < chaos.faults && alive(head); ++i) {
+      auto due = static_cast<int64_t>(spread * i);
+      auto until = clock_type::now() + 120s;
+      while (alive(head) && c.steps_done() < due && clock_type::now() < until) {
+        restart_ended();
+        std::this_thread::sleep_for(50ms);
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(uniform(300, 1500))));
       if (!alive(head))
         break;
@@ -218,7 +226,7 @@ TEST_CASE("chaos: a four-process run under a seeded schedule of faults loses not
   chaos_setup chaos;
   chaos.faults = static_cast<int>(env_or("AREAL_CHAOS_FAULTS", 20));
   chaos.seed = static_cast<uint64_t>(env_or("AREAL_CHAOS_SEED", 1));
-  auto steps = env_or("AREAL_CHAOS_STEPS", 40 + 4 * chaos.faults);
+  auto steps = env_or("AREAL_CHAOS_STEPS", 40 + 10 * chaos.faults);
   REQUIRE(chaos.faults > 0);
 
   auto calm = run_cluster("chaos-calm", steps, {});
