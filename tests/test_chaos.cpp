@@ -52,9 +52,7 @@ struct run_record {
   int restarts = 0;                   // nodes started again under their own name
   int hung = 0;                       // processes still running 60 s after the head ended
   int trained_twice = 0;              // prompt positions in more than one step
-  std::map<std::string, int> exit_codes;  // of the last process of each node
-  std::map<int, int> ended_codes;          // of the replaced ones: how many ended with each code
-  std::string head_log;
+  std::map<int, int> ended_codes;     // of the replaced processes: how many ended with each code
 };
 
 struct chaos_setup {
@@ -151,7 +149,6 @@ run_record run_cluster(const std::string& name, int64_t steps, const chaos_setup
   }
   auto head_code = head.wait_exit(0ms);
   r.wall_s = seconds_since(started);
-  r.head_log = head.log();
   REQUIRE_MESSAGE(head_code == 0, head.log() << "\n(every node's log is in " << c.dir.path.string()
                                              << " when the environment sets AREAL_TEST_KEEP)");
   for (auto& n : nodes)
@@ -159,7 +156,6 @@ run_record run_cluster(const std::string& name, int64_t steps, const chaos_setup
       auto code = live[n]->wait_exit(60s);
       if (!code)
         r.hung++;
-      r.exit_codes[n] = code ? *code : -1;
       CHECK_MESSAGE(code, n << " still runs 60 s after the run ended:\n" << live[n]->log());
     }
   for (auto& p : ended) {
