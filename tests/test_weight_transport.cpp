@@ -254,6 +254,30 @@ TEST_CASE("a bulk transfer cut half-way is abandoned within the deadline and the
   (*t.receiver.self)->send_exit(sub, caf::exit_reason::user_shutdown);
 }
 
+TEST_CASE("a subscriber that takes the announcement and never reports is settled at the transfer deadline") {
+  auto setup = setup_for(weight_backend::caf);
+  setup.timeout = 1s;
+  two_systems t{setup};
+  // It takes every announcement and never fetches nor reports, as a node that hangs mid-transfer.
+  auto silent = t.receiver.sys->spawn([](caf::event_based_actor*) -> caf::behavior {
+    return {[](packed<weight_manifest>&) {}};
+  });
+  (*t.receiver.self)
+      ->request(t.remote_publisher, 5s, subscribe_atom::value, std::string{"silent"}, silent)
+      .receive([](packed<weight_manifest>&, std::string& link) { CHECK(link == "caf"); },
+               [](caf::error& e) { FAIL(describe(e)); });
+  auto reports = t.publish(make_weights(1, 1000));  // answered, not held
+  REQUIRE(reports.size() == 1);
+  CHECK(reports[0].subscriber == "silent");
+  CHECK(reports[0].error == "no report within the transfer deadline of 1000 ms");
+  // The next version is published as well, and settled the same way.
+  reports = t.publish(make_weights(2, 1000));
+  REQUIRE(reports.size() == 1);
+  CHECK(reports[0].version == 2);
+  CHECK(reports[0].error == "no report within the transfer deadline of 1000 ms");
+  (*t.receiver.self)->send_exit(silent, caf::exit_reason::kill);
+}
+
 TEST_CASE("a subscriber that joins late starts at the newest version") {
   two_systems t{setup_for(weight_backend::gloo)};
   for (int64_t v = 1; v <= 3; ++v)
