@@ -11,12 +11,11 @@
 
 namespace areal::failpoints {
 
-/// The failpoints there are, and what each does when it fires.
-inline constexpr std::string_view known[][2] = {
-    {"reward.verifier_hang", "the verification hangs until the reward pool gives up on it at its deadline"},
-    {"weights.transfer_cut", "the sending side of a bulk weight link stops half-way through a version and "
-                             "closes the link"},
-};
+/// The failpoints there are. When it fires,
+/// - reward.verifier_hang: the verification hangs until the reward pool gives up on it at its deadline;
+/// - weights.transfer_cut: the sending side of a bulk weight link stops half-way through a version and
+///   closes the link.
+inline constexpr std::string_view known[] = {"reward.verifier_hang", "weights.transfer_cut"};
 
 /// Reads AREAL_FAILPOINTS (and AREAL_FAILPOINTS_SEED, which seeds the draws
 /// together with the process id). Returns what was wrong with it ("" when it is
