@@ -19,6 +19,7 @@ inline generation_request sample_request() {
   x.sampling.stop_tokens = {151643, 151645};
   x.seed = 0xdeadbeefcafeULL;
   x.admitted_version = 12;
+  x.so_far = {{5, 6, 7}, {-0.25f, -1.5f, -3.0f}, {12, 12, 13}, finish_reason::unfinished};
   return x;
 }
 
@@ -102,6 +103,11 @@ inline run_state sample_run_state() {
   x.generated_tokens = 9000;
   x.trained_tokens = 8100;
   x.elapsed_s = 42.5;
+  x.requeue_groups = {63, 7, 69};
+  auto generating = sample_trajectory();
+  generating.finish = finish_reason::unfinished;
+  generating.sample_index = 1;
+  x.saved = {{{sample_trajectory(), sample_trajectory()}, true}, {{generating}, false}};
   return x;
 }
 

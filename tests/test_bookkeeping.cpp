@@ -130,14 +130,73 @@ TEST_CASE("the prompt stream expands groups, puts failed samples first and re-qu
   auto s = *resumed->next();
   CHECK(s.prompt_position == 1);  // the re-queued group first
   CHECK(s.request.prompt_tokens == first[3].request.prompt_tokens);
-  CHECK(s.request.group_id == saved.next_group);  // a new group id
+  CHECK(s.request.group_id == 1);  // under its id: its samples keep their seeds
+  CHECK(s.request.seed == first[3].request.seed);
   for (int i = 0; i < 2; ++i)
     resumed->next();
-  CHECK(resumed->next()->prompt_position == 2);  // then the stream where it stopped
-  resumed->close_dropped(saved.next_group);
+  auto next = *resumed->next();
+  CHECK(next.prompt_position == 2);  // then the stream where it stopped
+  CHECK(next.request.group_id == saved.next_group);
+  resumed->close_dropped(1);
   auto after = resumed->position();
   CHECK(after.dropped_positions == std::vector<uint64_t>{1});
   CHECK(after.requeue == std::vector<uint64_t>{2});
+  CHECK(after.requeue_groups == std::vector<uint64_t>{saved.next_group});
+}
+
+TEST_CASE("a resumed stream hands out the saved work of its re-queued groups and keeps it for the next checkpoint") {
+  auto stream = make_stream(3);
+  std::vector<stream_sample> started;
+  for (int i = 0; i < 6; ++i)
+    started.push_back(*stream->next());
+  stream->close_trained(0);
+  auto saved = stream->position();
+  REQUIRE(saved.requeue_groups == std::vector<uint64_t>{1});
+  // Sample 1/0 was scored (two trajectories), 1/2 had 4 tokens; 1/1 had none.
+  auto segment = [&](uint32_t index, finish_reason finish, size_t tokens) {
+    trajectory t;
+    t.group_id = 1;
+    t.sample_index = index;
+    t.prompt_tokens = started[3].request.prompt_tokens;
+    t.output_tokens.assign(tokens, 7);
+    t.behaviour_logprobs.assign(tokens, -0.5f);
+    t.token_versions.assign(tokens, 2);
+    t.finish = finish;
+    t.prompt_version = 1;
+    return t;
+  };
+  saved.saved = {{{segment(0, finish_reason::stop, 3), segment(0, finish_reason::stop, 2)}, true},
+                 {{segment(2, finish_reason::unfinished, 4)}, false}};
+
+  auto resumed = make_stream(3);
+  resumed->restore(saved);
+  CHECK(resumed->saved_work().size() == 2);  // held until the group starts
+  auto a = *resumed->next();
+  REQUIRE(a.request.group_id == 1);
+  CHECK(a.scored.size() == 2);
+  CHECK(a.request.admitted_version == 1);  // as old as its tokens
+  auto b = *resumed->next();
+  CHECK(b.scored.empty());
+  CHECK(b.request.so_far.tokens.empty());
+  // Still waiting to go out, 1/2 is what the next checkpoint saves of the stream.
+  auto waiting = resumed->saved_work();
+  REQUIRE(waiting.size() == 1);
+  CHECK(waiting[0].segments[0].sample_index == 2);
+  CHECK(waiting[0].segments[0].output_tokens.size() == 4);
+  auto c = *resumed->next();
+  CHECK(c.request.so_far.tokens == std::vector<int32_t>(4, 7));
+  CHECK(c.request.so_far.versions == std::vector<int64_t>(4, 2));
+  CHECK(c.request.so_far.finish == finish_reason::unfinished);
+  CHECK(resumed->saved_work().empty());
+  CHECK(resumed->saved_unused() == 0);
+
+  // Saved work for another prompt (the task file changed) is not used.
+  saved.saved[1].segments[0].prompt_tokens = {1, 2, 3};
+  auto changed = make_stream(3);
+  changed->restore(saved);
+  for (int i = 0; i < 3; ++i)
+    CHECK(changed->next()->request.so_far.tokens.empty());
+  CHECK(changed->saved_unused() == 1);
 }
 
 TEST_CASE("the member table dispatches to the least loaded and hands each request's work back once") {

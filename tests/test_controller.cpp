@@ -88,6 +88,7 @@ rollout_actor fake_rollout(caf::actor_system& sys, std::shared_ptr<record> rec, 
         [](local_weights&) {},
         [](step_atom) {},
         [](caf::tick_atom) {},
+        [](snapshot_atom) { return std::vector<packed<trajectory>>{}; },
     };
   });
 }

@@ -313,3 +313,56 @@ TEST_CASE("top-p over a wide nucleus (more candidates than the first selection) 
   CHECK(highest > nucleus - 50);          // and its far end is reached
   CHECK(beyond_first_selection > 2000);   // most of its mass lies past the first 64 tokens
 }
+
+TEST_CASE("a generation saved part-way continues in another engine as it would have gone on") {
+  policy_model model(engine_config_model());
+  model.init_random(21, 0.3);
+  for (bool greedy : {false, true}) {
+    INFO("greedy " << greedy);
+    generation_engine whole(model, {4, 128, 64}, 3);
+    whole.submit(job(1, prompt_of(4), 30, greedy, 77));
+    whole.submit(job(2, prompt_of(5), 30, greedy, 78));  // company in the batch changes nothing
+    auto full = by_id(whole.run_to_completion())[1];
+    REQUIRE(full.tokens.size() == 30);
+
+    // The first engine stops after 12 steps (a checkpoint of the run takes the tokens so far)...
+    generation_engine first(model, {4, 128, 64}, 3);
+    first.submit(job(1, prompt_of(4), 30, greedy, 77));
+    for (int i = 0; i < 12; ++i)
+      first.step();
+    auto* so_far = first.running_output(1);
+    REQUIRE(so_far != nullptr);
+    REQUIRE(so_far->tokens.size() > 5);
+    REQUIRE(so_far->tokens.size() < 30);
+    auto saved = *so_far;
+
+    // ... and a new engine, at a later version, continues from them.
+    generation_engine resumed(model, {4, 128, 64}, 5);
+    auto again = job(1, prompt_of(4), 30, greedy, 77);
+    again.so_far = {saved.tokens, saved.logprobs, saved.versions, finish_reason::unfinished};
+    resumed.submit(again);
+    auto out = resumed.run_to_completion().front();
+    CHECK(out.tokens == full.tokens);
+    REQUIRE(out.logprobs.size() == full.logprobs.size());
+    for (size_t i = 0; i < out.logprobs.size(); ++i) {
+      if (i < saved.tokens.size()) {
+        CHECK(out.logprobs[i] == saved.logprobs[i]);  // kept as sampled
+        CHECK(out.versions[i] == 3);
+      } else {
+        CHECK(out.logprobs[i] == doctest::Approx(full.logprobs[i]).epsilon(1e-4));
+        CHECK(out.versions[i] == 5);
+      }
+    }
+    // The saved tokens were computed again (with the prompt), not sampled again.
+    CHECK(resumed.counters().decode_tokens == 30 - saved.tokens.size());
+    CHECK(resumed.counters().reprefill_tokens == prompt_of(4).size() + saved.tokens.size());
+  }
+  // Output that cannot be continued is refused with a reason.
+  generation_engine engine(model, {4, 128, 64});
+  auto finished = job(1, {1, 2}, 10);
+  finished.so_far = {{3}, {-0.5f}, {0}, finish_reason::stop};
+  CHECK_THROWS_WITH_AS(engine.submit(finished), doctest::Contains("cannot be continued"), std::invalid_argument);
+  auto full = job(1, {1, 2}, 2);
+  full.so_far = {{3, 4}, {-0.5f, -0.5f}, {0, 0}, finish_reason::unfinished};
+  CHECK_THROWS_AS(engine.submit(full), std::invalid_argument);
+}

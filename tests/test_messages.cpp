@@ -179,3 +179,34 @@ TEST_CASE("a run checkpoint whose counters overflow or whose reward means are no
   REQUIRE_FALSE(back);
   CHECK(describe(back.error()).find("reward means") != std::string::npos);
 }
+
+TEST_CASE("a checkpoint's saved work is refused when it cannot be continued") {
+  auto x = test::sample_run_state();
+  x.saved[1].segments[0].group_id = 99;  // of no re-queued group
+  auto back = decode<run_state>(*encode(x));
+  REQUIRE_FALSE(back);
+  CHECK(describe(back.error()).find("of no re-queued group") != std::string::npos);
+  x = test::sample_run_state();
+  x.saved[0].segments[1].sample_index = 0;  // one sample's trajectories name two samples
+  back = decode<run_state>(*encode(x));
+  REQUIRE_FALSE(back);
+  CHECK(describe(back.error()).find("name different samples") != std::string::npos);
+  x = test::sample_run_state();
+  x.requeue_groups.pop_back();  // ids that do not match the re-queued groups
+  CHECK_FALSE(encode(x));
+
+  auto r = test::sample_request();
+  r.so_far.versions.pop_back();
+  back = decode<run_state>(*encode(test::sample_run_state()));
+  CHECK(back);
+  auto request = decode<generation_request>(*encode(r));
+  REQUIRE_FALSE(request);
+  CHECK(describe(request.error()).find("3 tokens so far but 3 log-probabilities and 2 versions") != std::string::npos);
+  r = test::sample_request();
+  r.sampling.max_new_tokens = 3;  // as many tokens as it may have, unfinished
+  CHECK_FALSE(decode<generation_request>(*encode(r)));
+  r.so_far.finish = finish_reason::length;  // finished: only its scoring is left
+  CHECK(decode<generation_request>(*encode(r)));
+  r.so_far.finish = finish_reason::aborted;
+  CHECK_FALSE(decode<generation_request>(*encode(r)));
+}

@@ -212,3 +212,73 @@ TEST_CASE("rl.interruption and rl.prompt_pool_tokens reach the rollout workers' 
   c.rl.prompt_pool_tokens = 333;
   CHECK(job::rollout_engine(c, m).prompt_pool_tokens == 333);
 }
+
+TEST_CASE("a rollout worker hands a checkpoint its work in flight, and a worker continues it from there") {
+  fixture f;
+  auto& self = *f.self;
+  auto reference = f.model(1);
+  auto worker = f.spawn(f.model(1));
+  reward_pool_config pc;
+  pc.workers = 1;
+  std::atomic<bool> release{false};
+  pc.scorer = [&release](const std::string&, const reward_task&, const std::atomic<bool>& cancelled) {
+    for (int i = 0; i < 6000 && !release && !cancelled; ++i)
+      std::this_thread::sleep_for(5ms);  // held until the test has looked
+    return reward::verification{verdict::correct, 1.0f, "fine"};
+  };
+  auto pool = spawn_reward_pool(*f.sys, pc);
+  trainer_actor no_trainer;
+  auto store = spawn_sample_store(*f.sys, no_trainer);
+  auto slow = request(0, 80), quick = request(1, 2);  // one generates long, one is with the pool at once
+  for (auto& r : {slow, quick})
+    self->send(worker, *pack(r), *pack(reward_task{}), caf::actor_cast<caf::actor>(pool),
+               caf::actor_cast<caf::actor>(store));
+  std::optional<trajectory> generating, generated;
+  for (int i = 0; i < 2000 && !(generating && generated && generating->output_tokens.size() >= 4); ++i) {
+    std::this_thread::sleep_for(5ms);
+    self->request(worker, 10s, snapshot_atom::value)
+        .receive(
+            [&](std::vector<packed<trajectory>>& parts) {
+              generating.reset();
+              generated.reset();
+              for (auto& bytes : parts) {
+                auto t = *unpack(bytes);
+                (t.group_id == slow.group_id && t.sample_index == slow.sample_index ? generating : generated) = t;
+              }
+            },
+            [](caf::error& e) { FAIL(describe(e)); });
+  }
+  REQUIRE(generating);
+  REQUIRE(generated);
+  auto slow_whole = direct(*reference, slow), quick_whole = direct(*reference, quick);
+  CHECK(generating->finish == finish_reason::unfinished);
+  auto n = generating->output_tokens.size();
+  REQUIRE(n < slow_whole.tokens.size());
+  CHECK(std::equal(generating->output_tokens.begin(), generating->output_tokens.end(), slow_whole.tokens.begin()));
+  CHECK(generating->behaviour_logprobs.size() == n);
+  CHECK(generated->output_tokens == quick_whole.tokens);  // generated, waiting for its score
+  CHECK(generated->finish == quick_whole.finish);
+  release = true;
+
+  // Another worker (a resumed run) continues both from their saved work.
+  auto next = f.spawn(f.model(1));
+  auto continued = [&](const generation_request& r, const trajectory& saved) {
+    auto again = r;
+    again.so_far = {saved.output_tokens, saved.behaviour_logprobs, saved.token_versions, saved.finish};
+    trajectory out;
+    self->request(next, 30s, *pack(again))
+        .receive([&](packed<trajectory>& t, std::string&) { out = *unpack(t); },
+                 [](caf::error& e) { FAIL(describe(e)); });
+    return out;
+  };
+  auto slow_out = continued(slow, *generating);
+  CHECK(slow_out.output_tokens == slow_whole.tokens);
+  CHECK(std::equal(generating->behaviour_logprobs.begin(), generating->behaviour_logprobs.end(),
+                   slow_out.behaviour_logprobs.begin()));
+  auto quick_out = continued(quick, *generated);
+  CHECK(quick_out.output_tokens == quick_whole.tokens);
+  CHECK(quick_out.behaviour_logprobs == generated->behaviour_logprobs);  // not generated again
+  for (auto a : {caf::actor_cast<caf::actor>(worker), caf::actor_cast<caf::actor>(next),
+                 caf::actor_cast<caf::actor>(pool), caf::actor_cast<caf::actor>(store)})
+    caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+}

@@ -172,14 +172,46 @@ member_link_actor spawn_link(controller_pointer self, rollout_actor worker) {
 
 // One request per sample: the worker generates it and sends it to the pool,
 // the pool scores it and hands it to the store, the store's summary is the reply.
+// A sample scored before a resume: its trajectories go to the store as they
+// were, and its summary to the buffer (nothing generated or scored again).
+void restore_scored(controller_pointer self, stream_sample sample) {
+  auto& st = self->state;
+  auto id = id_of(sample.request);
+  std::vector<packed<trajectory>> parts;
+  for (auto& t : sample.scored)
+    parts.push_back(*pack(t));
+  st.ledger.dispatched(id, "checkpoint");
+  self->request(st.setup.store, st.setup.trainer_timeout, std::move(parts))
+      .then(
+          [self, id](sample_summary& summary) {
+            if (self->state.phase == run_phase::finished) {
+              forget(self, summary);
+              return;
+            }
+            on_summary(self, id, "checkpoint", summary);
+            fill(self);
+          },
+          [self, id](caf::error& err) {
+            if (self->state.phase != run_phase::finished)
+              drop(self, id, "its saved trajectories did not reach the sample store: " + describe(err));
+          });
+}
+
 void dispatch(controller_pointer self, uint64_t worker, uint64_t pool, stream_sample sample) {
   auto& st = self->state;
   auto id = id_of(sample.request);
+  // Saved by a checkpoint, its tokens are as old as its first admission.
+  bool saved = !sample.scored.empty() || !sample.request.so_far.tokens.empty();
   if (!sample.admitted) {
     st.gate->admit();
-    st.ledger.admit(id, sample.prompt_position, st.gate->version());
-    sample.request.admitted_version = st.gate->version();
+    if (!saved)
+      sample.request.admitted_version = st.gate->version();
+    st.ledger.admit(id, sample.prompt_position, sample.request.admitted_version);
     sample.admitted = true;
+  }
+  if (!sample.scored.empty()) {
+    restore_scored(self, std::move(sample));
+    return;
   }
   auto& member = st.rollouts.at(worker);
   auto& link = st.links[member.handle.address()];
@@ -304,6 +336,24 @@ void start(controller_pointer self, controller_setup setup) {
     st.stats.reward_mean_first = r->reward_mean_first;
     st.stats.reward_mean_last = r->reward_mean_last;
     st.stream->restore(r->stream());
+    if (!r->saved.empty()) {
+      int64_t generating = 0, tokens = 0, generated = 0, scored = 0;
+      for (auto& saved : r->saved) {
+        auto& t = saved.segments.front();
+        if (saved.scored)
+          scored++;
+        else if (t.finish == finish_reason::unfinished)
+          generating++, tokens += static_cast<int64_t>(t.output_tokens.size());
+        else
+          generated++;
+      }
+      spdlog::info("controller: the checkpoint saved the work of {} sample(s) in flight: {} generating ({} tokens so "
+                   "far, continued), {} generated (scored now), {} scored (trained as they are){}",
+                   r->saved.size(), generating, tokens, generated, scored,
+                   st.stream->saved_unused() ? "; " + std::to_string(st.stream->saved_unused()) +
+                                                   " no longer match their prompt and are generated anew"
+                                             : std::string{});
+    }
     st.generated_tokens = r->generated_tokens;
     st.trained_tokens = r->trained_tokens;
     st.metrics->resume(r->version, r->steps, r->source_position, r->requeue.size());

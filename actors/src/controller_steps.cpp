@@ -2,6 +2,7 @@
 // batches to the trainer, each step's metrics and weights, evaluations,
 // checkpoints, and the end of the run with every sample accounted for.
 #include <algorithm>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -26,7 +27,48 @@ step_counters counters(controller_state& st) {
           st.rollouts.size(), st.rewards.size()};
 }
 
-controller_checkpoint checkpoint_record(controller_state& st) {
+// Which of two saves of one sample's work keeps more: scored over generated over more tokens.
+int64_t worth(const saved_sample& s) {
+  if (s.scored)
+    return INT64_MAX;
+  auto& t = s.segments.front();
+  return t.finish != finish_reason::unfinished ? INT64_MAX - 1 : static_cast<int64_t>(t.output_tokens.size());
+}
+
+// The work on the samples of the groups a checkpoint re-queues, gathered from
+// where it is: the rollout workers (tokens so far; generated, not scored), the
+// sample store (scored) and the prompt stream (saved work not sent out yet).
+struct work_in_flight {
+  std::map<sample_id, saved_sample> samples;
+  size_t waiting = 0;  // replies still to come
+  void add(saved_sample s) {
+    auto& t = s.segments.front();
+    auto [it, fresh] = samples.try_emplace(sample_id{t.group_id, t.sample_index}, s);
+    if (!fresh && worth(s) > worth(it->second))
+      it->second = std::move(s);
+  }
+  // Trajectories as a rollout worker or the store sends them (a sample's one after another).
+  void add(std::vector<packed<trajectory>>& parts, bool scored) {
+    std::optional<saved_sample> current;
+    for (auto& bytes : parts) {
+      auto t = unpack(bytes);
+      if (!t)
+        continue;
+      if (current && (current->segments[0].group_id != t->group_id ||
+                      current->segments[0].sample_index != t->sample_index || !scored)) {
+        add(std::move(*current));
+        current.reset();
+      }
+      if (!current)
+        current = saved_sample{{}, scored};
+      current->segments.push_back(std::move(*t));
+    }
+    if (current)
+      add(std::move(*current));
+  }
+};
+
+controller_checkpoint checkpoint_record(controller_state& st, const work_in_flight& work) {
   refresh_counts(st);
   controller_checkpoint c;
   c.version = st.gate->version();
@@ -39,7 +81,20 @@ controller_checkpoint checkpoint_record(controller_state& st) {
   c.reward_mean_first = st.stats.reward_mean_first;
   c.reward_mean_last = st.stats.reward_mean_last;
   c.set_stream(st.stream->position());
-  c.generated_tokens = st.generated_tokens;
+  // The saved samples of the groups re-queued; the tokens of the scored ones
+  // that were counted as generated are counted again when they are restored.
+  std::set<uint64_t> requeued(c.requeue_groups.begin(), c.requeue_groups.end());
+  int64_t counted = 0;
+  for (auto& [id, sample] : work.samples) {
+    if (requeued.count(id.group) == 0)
+      continue;
+    auto entry = st.ledger.where(id);
+    if (sample.scored && entry && entry->stage == sample_stage::buffered)
+      for (auto& t : sample.segments)
+        counted += t.generated_tokens();
+    c.saved.push_back(sample);
+  }
+  c.generated_tokens = st.generated_tokens - counted;
   c.trained_tokens = st.trained_tokens;
   c.elapsed_s = st.metrics->run_seconds();
   c.metrics_bytes = st.metrics->bytes();
@@ -55,19 +110,67 @@ std::string trainer_failure(const controller_state& st, const std::string& what,
   return describe(err);
 }
 
-// Saves the run (trainer state + this controller's record) at the current version.
-// `then` runs once the checkpoint is on disk (with "") or failed (with the reason;
-// the previous checkpoint is then the one on disk).
+// How long a checkpoint waits for a rollout worker's or the store's work in flight:
+// a worker that does not answer in time (paused, lost) has its samples generated anew.
+constexpr std::chrono::milliseconds gather_timeout{10000};
+
 template <class F>
-void save_checkpoint(controller_pointer self, F then) {
+void gather_work(controller_pointer self, F then) {
   auto& st = self->state;
-  if (st.setup.checkpoint_dir.empty()) {
-    then(std::string{});
+  auto work = std::make_shared<work_in_flight>();
+  for (auto& s : st.stream->saved_work())
+    work->add(std::move(s));
+  if (st.setup.agent_episodes) {  // an episode's work is with its agent: it is played again
+    then(*work);
     return;
   }
-  st.checkpointing = true;
+  auto timeout = std::min(gather_timeout, st.setup.request_timeout);
+  auto handles = st.rollouts.handles();
+  work->waiting = handles.size() + 1;
+  // The store last: a sample that leaves a worker for the store while the
+  // workers answer is found there.
+  auto store_then = [self, work, then, timeout]() mutable {
+    self->request(self->state.setup.store, timeout, snapshot_atom::value)
+        .then(
+            [work, then](std::vector<packed<trajectory>>& parts) mutable {
+              work->add(parts, true);
+              then(*work);
+            },
+            [work, then](caf::error& err) mutable {
+              spdlog::warn("checkpoint: the sample store did not hand over its scored samples ({}); they are "
+                           "generated again after a resume",
+                           describe(err));
+              then(*work);
+            });
+  };
+  auto one_done = [work, store_then]() mutable {
+    if (--work->waiting == 1)
+      store_then();
+  };
+  if (handles.empty()) {
+    store_then();
+    return;
+  }
+  for (auto& h : handles)
+    self->request(caf::actor_cast<rollout_actor>(h), timeout, snapshot_atom::value)
+        .then(
+            [work, one_done](std::vector<packed<trajectory>>& parts) mutable {
+              work->add(parts, false);
+              one_done();
+            },
+            [one_done](caf::error& err) mutable {
+              spdlog::warn("checkpoint: a rollout worker did not hand over its samples in flight ({}); they are "
+                           "generated again after a resume",
+                           describe(err));
+              one_done();
+            });
+}
+
+template <class F>
+void write_checkpoint(controller_pointer self, const work_in_flight& work, F then) {
+  auto& st = self->state;
   self->request(st.setup.trainer, st.setup.trainer_timeout, checkpoint_atom::value, st.setup.checkpoint_dir,
-                checkpoint_record(st).to_bytes())
+                checkpoint_record(st, work).to_bytes())
       .then(
           [self, then](int64_t version) mutable {
             self->state.checkpointing = false;
@@ -81,6 +184,21 @@ void save_checkpoint(controller_pointer self, F then) {
             then(why);
           });
 }
+
+// Saves the run (trainer state + this controller's record) at the current version.
+// `then` runs once the checkpoint is on disk (with "") or failed (with the reason;
+// the previous checkpoint is then the one on disk).
+template <class F>
+void save_checkpoint(controller_pointer self, F then) {
+  auto& st = self->state;
+  if (st.setup.checkpoint_dir.empty()) {
+    then(std::string{});
+    return;
+  }
+  st.checkpointing = true;
+  gather_work(self, [self, then](const work_in_flight& work) mutable { write_checkpoint(self, work, then); });
+}
+
 
 // An end was asked for while a step or a checkpoint was in flight: it happens now.
 bool end_if_asked(controller_pointer self) {

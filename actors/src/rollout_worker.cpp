@@ -7,6 +7,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <utility>
 
 #include <caf/all.hpp>
@@ -72,6 +73,8 @@ struct rollout_state {
   bool stepping = false;
   bool busy = false;             // counted as busy in the compute share
   std::deque<outgoing> refused;  // waiting for room in their reward pool
+  // Generated samples a reward pool has (until it answers): what a checkpoint saves of them.
+  std::set<std::shared_ptr<outgoing>> at_pool;
   bool retry_armed = false;
 };
 
@@ -125,12 +128,8 @@ void traced_step(rollout_pointer self) {
     deliver(self, out);
 }
 
-void deliver(rollout_pointer self, kernels::generation_output& out) {
-  auto& st = self->state;
-  auto it = st.in_flight.find(out.id);
-  if (it == st.in_flight.end())
-    return;
-  auto& p = it->second;
+// The trajectory of a request with the output it has.
+trajectory trajectory_of(const rollout_state& st, const pending& p, const kernels::generation_output& out) {
   trajectory t;
   t.prompt_id = p.request.prompt_id;
   t.group_id = p.request.group_id;
@@ -143,6 +142,48 @@ void deliver(rollout_pointer self, kernels::generation_output& out) {
   t.producer = st.setup.name;
   t.prompt_version = p.request.admitted_version;
   t.timestamps.generation_start_ns = p.started_ns;
+  return t;
+}
+
+// What a checkpoint saves of the samples here that go to a reward pool: the
+// tokens so far of those generating (those still queued: the output they came
+// with), and the generated ones a pool has not answered for.
+std::vector<packed<trajectory>> snapshot(const rollout_state& st) {
+  std::vector<packed<trajectory>> out;
+  auto add = [&out](const trajectory& t) {
+    if (auto bytes = pack(t))
+      out.push_back(std::move(*bytes));
+  };
+  for (auto& [id, p] : st.in_flight) {
+    if (!p.to_pool)
+      continue;
+    kernels::generation_output so_far;
+    if (auto* running = st.engine->running_output(id)) {
+      so_far = *running;
+    } else {
+      so_far.tokens = p.request.so_far.tokens;
+      so_far.logprobs = p.request.so_far.logprobs;
+      so_far.versions = p.request.so_far.versions;
+    }
+    if (!so_far.tokens.empty()) {
+      so_far.finish = finish_reason::unfinished;
+      add(trajectory_of(st, p, so_far));
+    }
+  }
+  for (auto& o : st.at_pool)
+    out.push_back(o->t);
+  for (auto& o : st.refused)
+    out.push_back(o.t);
+  return out;
+}
+
+void deliver(rollout_pointer self, kernels::generation_output& out) {
+  auto& st = self->state;
+  auto it = st.in_flight.find(out.id);
+  if (it == st.in_flight.end())
+    return;
+  auto& p = it->second;
+  auto t = trajectory_of(st, p, out);
   t.timestamps.generation_end_ns = now_ns();
   if (out.finish == finish_reason::aborted) {
     // Never scored or trained: the controller generates it again.
@@ -178,9 +219,11 @@ void arm_retry(rollout_pointer self) {
 void send_to_pool(rollout_pointer self, outgoing o) {
   // The message takes a copy; `held` keeps the original for an offer again.
   auto held = std::make_shared<outgoing>(std::move(o));
+  self->state.at_pool.insert(held);
   self->request(held->to.pool, self->state.setup.score_timeout, held->t, held->text, held->to.task, held->to.store)
       .then(
           [self, held](sample_summary& summary) {
+            self->state.at_pool.erase(held);
             held->to.promise.deliver(std::move(summary));
             // A reply freed a place in a pool: the oldest refused sample goes now.
             auto& st = self->state;
@@ -192,6 +235,7 @@ void send_to_pool(rollout_pointer self, outgoing o) {
           },
           [self, held](caf::error& err) {
             auto& st = self->state;
+            st.at_pool.erase(held);
             bool queue_full =
                 err.category() == caf::atom("reward") && err.code() == static_cast<uint8_t>(reward_errc::queue_full);
             auto now = std::chrono::steady_clock::now();
@@ -223,13 +267,22 @@ std::optional<caf::error> submit(rollout_pointer self, packed<generation_request
   job.prompt = request->prompt_tokens;
   job.sampling = request->sampling;
   job.seed = request->seed;
-  try {
-    st.engine->submit(job);
-  } catch (const std::invalid_argument& e) {
-    return caf::make_error(caf::sec::invalid_argument, std::string{"rollout "} + st.setup.name + ": " + e.what());
+  // Saved finished by a checkpoint: generated already, only its scoring is left.
+  bool generated = request->so_far.finish != finish_reason::unfinished;
+  if (!generated) {
+    job.so_far = request->so_far;
+    try {
+      st.engine->submit(job);
+    } catch (const std::invalid_argument& e) {
+      return caf::make_error(caf::sec::invalid_argument, std::string{"rollout "} + st.setup.name + ": " + e.what());
+    }
   }
+  auto& so_far = request->so_far;
+  kernels::generation_output out{job.id, job.prompt, so_far.tokens, so_far.logprobs, so_far.versions, so_far.finish};
   st.in_flight.emplace(job.id, pending{std::move(promise), std::move(*request), now_ns(), std::move(to_pool),
                                        std::move(listener), 0});
+  if (generated)
+    deliver(self, out);
   keep_stepping(self);
   return std::nullopt;
 }
@@ -273,6 +326,7 @@ rollout_actor::behavior_type rollout_behavior(rollout_pointer self, rollout_setu
             return;
           }
       },
+      [self](snapshot_atom) { return snapshot(self->state); },
       [self](caf::tick_atom) {
         // Every sample a full pool refused is offered again; a refusal puts it back.
         auto& st = self->state;

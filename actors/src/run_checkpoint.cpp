@@ -14,6 +14,7 @@ void controller_checkpoint::set_stream(const stream_position& p) {
   requeue = p.requeue;
   dropped_positions = p.dropped_positions;
   next_group = p.next_group;
+  requeue_groups = p.requeue_groups;
 }
 
 std::string controller_checkpoint::to_bytes() const {

@@ -152,6 +152,14 @@ sample_store_actor spawn_sample_store(caf::actor_system& sys, trainer_actor trai
             self->state.held.erase(slot);
         },
         [self](stats_atom) { return static_cast<uint64_t>(self->state.held.size()); },
+        [self](snapshot_atom) {
+          std::vector<packed<trajectory>> out;
+          for (auto& [slot, segments] : self->state.held)
+            for (auto& t : segments)
+              if (auto bytes = pack(t))
+                out.push_back(std::move(*bytes));
+          return out;
+        },
     };
   });
 }

@@ -6,6 +6,7 @@
 #include "cpu_kernels.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <chrono>
 #include <mutex>
 #include <stdexcept>
@@ -62,10 +63,17 @@ void generation_engine::submit(generation_job job) {
     throw std::invalid_argument("request " + std::to_string(job.id) + ": prompt (" + std::to_string(job.prompt.size()) +
                                 ") + max_new_tokens (" + std::to_string(job.sampling.max_new_tokens) +
                                 ") exceeds the engine's max_seq_len " + std::to_string(cache_.max_len()));
-  for (auto t : job.prompt)
-    if (t < 0 || t >= model_.config().vocab_size)
-      throw std::invalid_argument("request " + std::to_string(job.id) + ": token " + std::to_string(t) +
-                                  " outside the vocabulary");
+  auto& so_far = job.so_far;
+  for (auto& tokens : {std::cref(job.prompt), std::cref(so_far.tokens)})
+    for (auto t : tokens.get())
+      if (t < 0 || t >= model_.config().vocab_size)
+        throw std::invalid_argument("request " + std::to_string(job.id) + ": token " + std::to_string(t) +
+                                    " outside the vocabulary");
+  if (so_far.finish != finish_reason::unfinished || so_far.logprobs.size() != so_far.tokens.size() ||
+      so_far.versions.size() != so_far.tokens.size() || so_far.tokens.size() >= job.sampling.max_new_tokens)
+    throw std::invalid_argument("request " + std::to_string(job.id) + ": its output so far (" +
+                                std::to_string(so_far.tokens.size()) + " tokens, ended " + to_string(so_far.finish) +
+                                ") cannot be continued");
   queue_.push_back(std::move(job));
 }
 
@@ -124,6 +132,15 @@ void generation_engine::admit() {
     s.out.id = s.job.id;
     s.out.prompt = s.job.prompt;
     s.generator = at::make_generator<at::CPUGeneratorImpl>(s.job.seed);
+    if (!s.job.so_far.tokens.empty()) {  // resumed: computed again with these weights, not sampled again
+      s.out.tokens = std::move(s.job.so_far.tokens);
+      s.out.logprobs = std::move(s.job.so_far.logprobs);
+      s.out.versions = std::move(s.job.so_far.versions);
+      s.reprefill = true;
+      if (!(s.job.sampling.greedy || s.job.sampling.temperature <= 0))  // as sample_from_logits draws
+        for (size_t k = 0; k < s.out.tokens.size(); ++k)
+          uniform_from(s.generator);
+    }
     cache_.reset_slot(static_cast<int64_t>(active_.size()));
     active_.push_back(std::move(s));
   }

@@ -176,6 +176,11 @@ caf::expected<std::vector<char>> encode(const generation_request& x) {
   fill(s.initStopTokens(x.sampling.stop_tokens.size()), x.sampling.stop_tokens);
   root.setSeed(x.seed);
   root.setAdmittedVersion(x.admitted_version);
+  auto so_far = root.initSoFar();
+  fill(so_far.initTokens(x.so_far.tokens.size()), x.so_far.tokens);
+  fill(so_far.initLogprobs(x.so_far.logprobs.size()), x.so_far.logprobs);
+  fill(so_far.initVersions(x.so_far.versions.size()), x.so_far.versions);
+  so_far.setFinish(static_cast<wire::FinishReason>(x.so_far.finish));
   return finish(builder);
 }
 
@@ -201,19 +206,49 @@ caf::expected<generation_request> decode<generation_request>(const char* data, s
           return invalid("generation_request: temperature must be >= 0");
         if (!(x.sampling.top_p > 0.0f && x.sampling.top_p <= 1.0f))
           return invalid("generation_request: top_p must be in (0, 1]");
+        auto so_far = r.getSoFar();
+        x.so_far.tokens = to_vector<int32_t>(so_far.getTokens());
+        x.so_far.logprobs = to_vector<float>(so_far.getLogprobs());
+        x.so_far.versions = to_vector<int64_t>(so_far.getVersions());
+        auto n = x.so_far.tokens.size();
+        if (x.so_far.logprobs.size() != n || x.so_far.versions.size() != n)
+          return invalid("generation_request: " + std::to_string(n) + " tokens so far but " +
+                         std::to_string(x.so_far.logprobs.size()) + " log-probabilities and " +
+                         std::to_string(x.so_far.versions.size()) + " versions");
+        for (auto lp : x.so_far.logprobs)
+          if (!std::isfinite(lp))
+            return invalid("generation_request: a log-probability of the tokens so far is not a number");
+        auto finish = so_far.getFinish();
+        if (finish != wire::FinishReason::UNFINISHED && finish != wire::FinishReason::STOP &&
+            finish != wire::FinishReason::LENGTH)
+          return invalid("generation_request: the output so far ended " +
+                         std::to_string(static_cast<int>(finish)) + "; only unfinished, stop or length continue");
+        x.so_far.finish = static_cast<finish_reason>(finish);
+        if (n > x.sampling.max_new_tokens ||
+            (n == x.sampling.max_new_tokens && x.so_far.finish == finish_reason::unfinished))
+          return invalid("generation_request: " + std::to_string(n) + " tokens so far, unfinished, for at most " +
+                         std::to_string(x.sampling.max_new_tokens) + " new tokens");
         return x;
       });
 }
 
 // -- trajectory ---------------------------------------------------------------
 
-caf::expected<std::vector<char>> encode(const trajectory& x) {
+namespace {
+
+caf::error check_lengths(const trajectory& x) {
   if (x.behaviour_logprobs.size() != x.output_tokens.size() || x.token_versions.size() != x.output_tokens.size())
     return invalid("trajectory: " + std::to_string(x.output_tokens.size()) + " output tokens but " +
                    std::to_string(x.behaviour_logprobs.size()) + " log-probabilities and " +
                    std::to_string(x.token_versions.size()) + " versions; they must be equal");
-  capnp::MallocMessageBuilder builder;
-  auto root = builder.initRoot<wire::Trajectory>();
+  if (!x.loss_mask.empty() && x.loss_mask.size() != x.output_tokens.size())
+    return invalid("trajectory: " + std::to_string(x.output_tokens.size()) + " output tokens but a loss mask of " +
+                   std::to_string(x.loss_mask.size()) + "; it must be empty or as long");
+  return {};
+}
+
+// Writes a checked trajectory (check_lengths) into a Trajectory: a record of its own or one inside another.
+void write_trajectory(wire::Trajectory::Builder root, const trajectory& x) {
   root.setSchemaVersion(schema_version);
   root.setPromptId(x.prompt_id);
   root.setGroupId(x.group_id);
@@ -234,60 +269,67 @@ caf::expected<std::vector<char>> encode(const trajectory& x) {
   t.setScoringStartNs(x.timestamps.scoring_start_ns);
   root.setProducer(text(x.producer));
   root.setPromptVersion(x.prompt_version);
+  fill(root.initLossMask(x.loss_mask.size()), x.loss_mask);
+}
+
+caf::expected<trajectory> read_trajectory(wire::Trajectory::Reader r) {
+  trajectory x;
+  x.prompt_id = r.getPromptId();
+  x.group_id = r.getGroupId();
+  x.sample_index = r.getSampleIndex();
+  x.prompt_tokens = to_vector<int32_t>(r.getPromptTokens());
+  x.output_tokens = to_vector<int32_t>(r.getOutputTokens());
+  x.behaviour_logprobs = to_vector<float>(r.getBehaviourLogprobs());
+  x.token_versions = to_vector<int64_t>(r.getTokenVersions());
+  if (x.behaviour_logprobs.size() != x.output_tokens.size() || x.token_versions.size() != x.output_tokens.size())
+    return invalid("trajectory: " + std::to_string(x.output_tokens.size()) + " output tokens but " +
+                   std::to_string(x.behaviour_logprobs.size()) + " log-probabilities and " +
+                   std::to_string(x.token_versions.size()) + " versions");
+  if (!enum_in_range(r.getFinishReason(), wire::FinishReason::ABORTED))
+    return invalid("trajectory: unknown finish reason " + std::to_string(static_cast<int>(r.getFinishReason())));
+  if (!enum_in_range(r.getVerdict(), wire::Verdict::SANDBOX_VIOLATION))
+    return invalid("trajectory: unknown verdict " + std::to_string(static_cast<int>(r.getVerdict())));
+  for (size_t i = 0; i < x.behaviour_logprobs.size(); ++i)
+    if (!std::isfinite(x.behaviour_logprobs[i]))
+      return invalid("trajectory: the log-probability of output token " + std::to_string(i) + " is " +
+                     std::to_string(x.behaviour_logprobs[i]) + "; the rollout node computed it wrong");
+  x.finish = static_cast<finish_reason>(r.getFinishReason());
+  x.reward = r.getReward();
+  if (!std::isfinite(x.reward))
+    return invalid("trajectory: the reward is " + std::to_string(x.reward));
+  x.judged = static_cast<verdict>(r.getVerdict());
+  x.verdict_detail = to_std(r.getVerdictDetail());
+  auto t = r.getTimestamps();
+  x.timestamps.admitted_ns = t.getAdmittedNs();
+  x.timestamps.generation_start_ns = t.getGenerationStartNs();
+  x.timestamps.generation_end_ns = t.getGenerationEndNs();
+  x.timestamps.scored_ns = t.getScoredNs();
+  x.timestamps.scoring_start_ns = t.getScoringStartNs();
+  x.producer = to_std(r.getProducer());
+  x.prompt_version = r.getPromptVersion();
+  x.loss_mask = to_vector<uint8_t>(r.getLossMask());
   if (!x.loss_mask.empty() && x.loss_mask.size() != x.output_tokens.size())
     return invalid("trajectory: " + std::to_string(x.output_tokens.size()) + " output tokens but a loss mask of " +
-                   std::to_string(x.loss_mask.size()) + "; it must be empty or as long");
-  fill(root.initLossMask(x.loss_mask.size()), x.loss_mask);
+                   std::to_string(x.loss_mask.size()));
+  for (auto m : x.loss_mask)
+    if (m > 1)
+      return invalid("trajectory: a loss mask entry is " + std::to_string(m) + "; entries are 0 or 1");
+  return x;
+}
+
+}  // namespace
+
+caf::expected<std::vector<char>> encode(const trajectory& x) {
+  if (auto err = check_lengths(x))
+    return err;
+  capnp::MallocMessageBuilder builder;
+  write_trajectory(builder.initRoot<wire::Trajectory>(), x);
   return finish(builder);
 }
 
 template <>
 caf::expected<trajectory> decode<trajectory>(const char* data, size_t size) {
-  return read_root<wire::Trajectory, trajectory>(
-      "trajectory", data, size, [](wire::Trajectory::Reader r) -> caf::expected<trajectory> {
-        trajectory x;
-        x.prompt_id = r.getPromptId();
-        x.group_id = r.getGroupId();
-        x.sample_index = r.getSampleIndex();
-        x.prompt_tokens = to_vector<int32_t>(r.getPromptTokens());
-        x.output_tokens = to_vector<int32_t>(r.getOutputTokens());
-        x.behaviour_logprobs = to_vector<float>(r.getBehaviourLogprobs());
-        x.token_versions = to_vector<int64_t>(r.getTokenVersions());
-        if (x.behaviour_logprobs.size() != x.output_tokens.size() || x.token_versions.size() != x.output_tokens.size())
-          return invalid("trajectory: " + std::to_string(x.output_tokens.size()) + " output tokens but " +
-                         std::to_string(x.behaviour_logprobs.size()) + " log-probabilities and " +
-                         std::to_string(x.token_versions.size()) + " versions");
-        if (!enum_in_range(r.getFinishReason(), wire::FinishReason::ABORTED))
-          return invalid("trajectory: unknown finish reason " + std::to_string(static_cast<int>(r.getFinishReason())));
-        if (!enum_in_range(r.getVerdict(), wire::Verdict::SANDBOX_VIOLATION))
-          return invalid("trajectory: unknown verdict " + std::to_string(static_cast<int>(r.getVerdict())));
-        for (size_t i = 0; i < x.behaviour_logprobs.size(); ++i)
-          if (!std::isfinite(x.behaviour_logprobs[i]))
-            return invalid("trajectory: the log-probability of output token " + std::to_string(i) + " is " +
-                           std::to_string(x.behaviour_logprobs[i]) + "; the rollout node computed it wrong");
-        x.finish = static_cast<finish_reason>(r.getFinishReason());
-        x.reward = r.getReward();
-        if (!std::isfinite(x.reward))
-          return invalid("trajectory: the reward is " + std::to_string(x.reward));
-        x.judged = static_cast<verdict>(r.getVerdict());
-        x.verdict_detail = to_std(r.getVerdictDetail());
-        auto t = r.getTimestamps();
-        x.timestamps.admitted_ns = t.getAdmittedNs();
-        x.timestamps.generation_start_ns = t.getGenerationStartNs();
-        x.timestamps.generation_end_ns = t.getGenerationEndNs();
-        x.timestamps.scored_ns = t.getScoredNs();
-        x.timestamps.scoring_start_ns = t.getScoringStartNs();
-        x.producer = to_std(r.getProducer());
-        x.prompt_version = r.getPromptVersion();
-        x.loss_mask = to_vector<uint8_t>(r.getLossMask());
-        if (!x.loss_mask.empty() && x.loss_mask.size() != x.output_tokens.size())
-          return invalid("trajectory: " + std::to_string(x.output_tokens.size()) + " output tokens but a loss mask of " +
-                         std::to_string(x.loss_mask.size()));
-        for (auto m : x.loss_mask)
-          if (m > 1)
-            return invalid("trajectory: a loss mask entry is " + std::to_string(m) + "; entries are 0 or 1");
-        return x;
-      });
+  return read_root<wire::Trajectory, trajectory>("trajectory", data, size, read_trajectory);
 }
 
 // -- weight_manifest ----------------------------------------------------------
@@ -539,6 +581,21 @@ caf::expected<std::vector<char>> encode(const run_state& x) {
   root.setTrainedTokens(x.trained_tokens);
   root.setElapsedS(x.elapsed_s);
   root.setMetricsBytes(x.metrics_bytes);
+  if (!x.requeue_groups.empty() && x.requeue_groups.size() != x.requeue.size())
+    return invalid("run_state: " + std::to_string(x.requeue_groups.size()) + " group ids for " +
+                   std::to_string(x.requeue.size()) + " re-queued groups");
+  fill(root.initRequeueGroups(static_cast<unsigned>(x.requeue_groups.size())), x.requeue_groups);
+  auto saved = root.initSaved(static_cast<unsigned>(x.saved.size()));
+  for (unsigned k = 0; k < x.saved.size(); ++k) {
+    auto& sample = x.saved[k];
+    auto segments = saved[k].initSegments(static_cast<unsigned>(sample.segments.size()));
+    for (unsigned j = 0; j < sample.segments.size(); ++j) {
+      if (auto err = check_lengths(sample.segments[j]))
+        return err;
+      write_trajectory(segments[j], sample.segments[j]);
+    }
+    saved[k].setScored(sample.scored);
+  }
   return finish(builder);
 }
 
@@ -568,6 +625,32 @@ caf::expected<run_state> decode<run_state>(const char* data, size_t size) {
         x.trained_tokens = r.getTrainedTokens();
         x.elapsed_s = r.getElapsedS();
         x.metrics_bytes = r.getMetricsBytes();
+        x.requeue_groups = to_vector<uint64_t>(r.getRequeueGroups());
+        if (!x.requeue_groups.empty() && x.requeue_groups.size() != x.requeue.size())
+          return invalid("run_state: " + std::to_string(x.requeue_groups.size()) + " group ids for " +
+                         std::to_string(x.requeue.size()) + " re-queued groups");
+        std::set<uint64_t> requeued(x.requeue_groups.begin(), x.requeue_groups.end());
+        for (auto s : r.getSaved()) {
+          saved_sample sample;
+          sample.scored = s.getScored();
+          for (auto segment : s.getSegments()) {
+            auto t = read_trajectory(segment);
+            if (!t)
+              return std::move(t.error());
+            if (!sample.segments.empty() && (t->group_id != sample.segments[0].group_id ||
+                                             t->sample_index != sample.segments[0].sample_index))
+              return invalid("run_state: a saved sample's trajectories name different samples");
+            sample.segments.push_back(std::move(*t));
+          }
+          if (sample.segments.empty())
+            return invalid("run_state: a saved sample with no trajectory");
+          if (requeued.count(sample.segments[0].group_id) == 0)
+            return invalid("run_state: saved sample " + std::to_string(sample.segments[0].group_id) + "/" +
+                           std::to_string(sample.segments[0].sample_index) + " is of no re-queued group");
+          if (!sample.scored && (sample.segments.size() != 1 || sample.segments[0].finish == finish_reason::aborted))
+            return invalid("run_state: an unscored saved sample is one trajectory, unfinished, stop or length");
+          x.saved.push_back(std::move(sample));
+        }
         int64_t settled = 0;
         if (x.version < 0 || x.steps < 0 || x.trained < 0 || x.dropped < 0 ||
             __builtin_add_overflow(x.trained, x.dropped, &settled) || x.admitted != settled ||

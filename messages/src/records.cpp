@@ -9,9 +9,14 @@ bool sampling_params::operator==(const sampling_params& o) const {
          std::tie(o.temperature, o.top_k, o.top_p, o.greedy, o.max_new_tokens, o.stop_tokens);
 }
 
+bool output_so_far::operator==(const output_so_far& o) const {
+  return std::tie(tokens, logprobs, versions, finish) == std::tie(o.tokens, o.logprobs, o.versions, o.finish);
+}
+
 bool generation_request::operator==(const generation_request& o) const {
-  return std::tie(prompt_id, group_id, sample_index, prompt_tokens, sampling, seed, admitted_version) ==
-         std::tie(o.prompt_id, o.group_id, o.sample_index, o.prompt_tokens, o.sampling, o.seed, o.admitted_version);
+  return std::tie(prompt_id, group_id, sample_index, prompt_tokens, sampling, seed, admitted_version, so_far) ==
+         std::tie(o.prompt_id, o.group_id, o.sample_index, o.prompt_tokens, o.sampling, o.seed, o.admitted_version,
+                  o.so_far);
 }
 
 bool trajectory_timestamps::operator==(const trajectory_timestamps& o) const {
@@ -40,10 +45,15 @@ int64_t trajectory::generated_tokens() const {
 bool run_state::operator==(const run_state& o) const {
   return std::tie(version, steps, admitted, trained, dropped, drop_reasons, max_staleness, reward_mean_first,
                   reward_mean_last, source_position, requeue, dropped_positions, next_group, generated_tokens,
-                  trained_tokens, elapsed_s, metrics_bytes) ==
+                  trained_tokens, elapsed_s, metrics_bytes, requeue_groups, saved) ==
          std::tie(o.version, o.steps, o.admitted, o.trained, o.dropped, o.drop_reasons, o.max_staleness,
                   o.reward_mean_first, o.reward_mean_last, o.source_position, o.requeue, o.dropped_positions,
-                  o.next_group, o.generated_tokens, o.trained_tokens, o.elapsed_s, o.metrics_bytes);
+                  o.next_group, o.generated_tokens, o.trained_tokens, o.elapsed_s, o.metrics_bytes, o.requeue_groups,
+                  o.saved);
+}
+
+bool saved_sample::operator==(const saved_sample& o) const {
+  return std::tie(segments, scored) == std::tie(o.segments, o.scored);
 }
 
 bool tensor_entry::operator==(const tensor_entry& o) const {

@@ -97,6 +97,7 @@ struct local_weights {
 
 using stream_atom = caf::atom_constant<caf::atom("stream")>;
 using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
+using snapshot_atom = caf::atom_constant<caf::atom("snapshot")>;
 
 /// The ROLLOUT WORKER interface: a generation engine on its own thread that
 /// never waits for the trainer.
@@ -123,7 +124,11 @@ using rollout_actor = caf::typed_actor<
     // requests and weight updates are taken in between steps.
     caf::reacts_to<step_atom>,
     // Offer the trajectories waiting for a full reward pool again (sent to itself).
-    caf::reacts_to<caf::tick_atom>>;
+    caf::reacts_to<caf::tick_atom>,
+    // For a run checkpoint: the work on the samples bound for a reward pool, as
+    // trajectories: the tokens so far of those generating (finish unfinished),
+    // and the generated ones no pool has answered for yet.
+    caf::replies_to<snapshot_atom>::with<std::vector<packed<trajectory>>>>;
 
 using train_atom = caf::atom_constant<caf::atom("train")>;
 using weights_atom = caf::atom_constant<caf::atom("weights")>;
@@ -200,7 +205,10 @@ using sample_store_actor = caf::typed_actor<
     // reply was ignored): forgotten.
     caf::reacts_to<forget_atom, std::vector<uint64_t>>,
     // Slots held now.
-    caf::replies_to<stats_atom>::with<uint64_t>>;
+    caf::replies_to<stats_atom>::with<uint64_t>,
+    // For a run checkpoint: the trajectories of every slot held (a sample's
+    // trajectories one after another).
+    caf::replies_to<snapshot_atom>::with<std::vector<packed<trajectory>>>>;
 
 using publish_atom = caf::atom_constant<caf::atom("publish")>;
 using subscribe_atom = caf::atom_constant<caf::atom("subscribe")>;

@@ -31,6 +31,10 @@ struct stream_sample {
   uint64_t prompt_position = 0;
   bool admitted = false;  // generated again after a failure: admitted and counted once already
   uint32_t failures = 0;  // generation requests that failed by its own fault (not a lost node)
+  // Scored before a resume (its trajectories as the sample store held them):
+  // it goes to the store, not to a rollout worker. (Work saved unscored is in
+  // request.so_far.)
+  std::vector<trajectory> scored;
 };
 
 /// Where the stream stands, for a run checkpoint.
@@ -39,6 +43,8 @@ struct stream_position {
   std::vector<uint64_t> requeue;            // positions of groups started and not trained, oldest first
   std::vector<uint64_t> dropped_positions;  // positions of the groups dropped (with a reason)
   uint64_t next_group = 0;
+  std::vector<uint64_t> requeue_groups;     // their group ids (empty: restarted under new ids)
+  std::vector<saved_sample> saved;          // the work done on their samples (restore only)
 };
 
 class prompt_stream {
@@ -48,8 +54,16 @@ class prompt_stream {
   prompt_stream(std::unique_ptr<tasks::task_source> source, encoder encode, int64_t group_size,
                 sampling_params sampling, uint64_t seed);
 
-  /// Continues from a checkpoint: the re-queued groups come first, then the source at its position.
+  /// Continues from a checkpoint: the re-queued groups come first (under
+  /// their ids, so that their samples keep their seeds), then the source at its
+  /// position. Their saved samples continue from their saved work: a scored one
+  /// comes with its trajectories, an unscored one with its output so far.
   void restore(const stream_position& p);
+  /// The saved work the stream still holds, for the next checkpoint: of the
+  /// re-queued groups not started yet, and of samples waiting to go out.
+  std::vector<saved_sample> saved_work() const;
+  /// Saved samples a restore could not use (their prompt is no longer the one they were generated for).
+  size_t saved_unused() const { return saved_unused_; }
   /// The position to save: the groups open now are re-queued by a resumed run.
   stream_position position() const;
 
@@ -79,7 +93,13 @@ class prompt_stream {
   sampling_params sampling_;
   uint64_t seed_;
   std::deque<stream_sample> pending_;        // samples of started groups not yet generating
-  std::deque<uint64_t> requeue_;             // stream positions to start again first (after a resume)
+  struct requeued {
+    uint64_t position;
+    uint64_t group;
+  };
+  std::deque<requeued> requeue_;             // groups to start again first (after a resume)
+  std::map<std::pair<uint64_t, uint32_t>, saved_sample> saved_;  // by (group, index), until its group starts
+  size_t saved_unused_ = 0;
   std::map<uint64_t, uint64_t> open_;        // group id -> stream position, until trained or dropped
   std::vector<uint64_t> dropped_positions_;  // stream positions of the groups dropped
   uint64_t next_group_ = 0;

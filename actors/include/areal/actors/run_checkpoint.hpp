@@ -16,7 +16,9 @@ struct controller_checkpoint : run_state {
   static constexpr const char* file_name = "controller_state.capnp";
 
   /// The prompt stream's part.
-  stream_position stream() const { return {source_position, requeue, dropped_positions, next_group}; }
+  stream_position stream() const {
+    return {source_position, requeue, dropped_positions, next_group, requeue_groups, saved};
+  }
   void set_stream(const stream_position& p);
 
   /// The file's bytes.

@@ -69,6 +69,11 @@ struct generation_job {
   std::vector<int32_t> prompt;
   sampling_params sampling;
   uint64_t seed = 0;
+  // A generation a checkpoint saved (unfinished): the sequence starts with these
+  // tokens (their log-probabilities and versions kept), re-prefilled with the
+  // current weights, its generator advanced past the draws that sampled them,
+  // so that it goes on as it would have.
+  output_so_far so_far;
 };
 
 struct generation_output {
@@ -106,7 +111,8 @@ class generation_engine {
   generation_engine(policy_model& model, engine_config config, int64_t version = 0);
 
   /// Queues a request. Throws std::invalid_argument when it cannot fit
-  /// (empty prompt, prompt + max_new_tokens above max_seq_len).
+  /// (empty prompt, prompt + max_new_tokens above max_seq_len) or its output so
+  /// far cannot be continued (finished, inconsistent, as long as max_new_tokens).
   void submit(generation_job job);
   /// One forward pass; returns the sequences that finished in it.
   std::vector<generation_output> step();

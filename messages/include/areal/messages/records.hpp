@@ -22,6 +22,17 @@ struct sampling_params {
   bool operator==(const sampling_params&) const;
 };
 
+enum class finish_reason : uint8_t { unfinished, stop, length, aborted };
+
+/// What a sample had generated when a checkpoint saved it (messages/generation.capnp).
+struct output_so_far {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;    // one per token, as the engine computed them
+  std::vector<int64_t> versions;  // the policy version that sampled each token
+  finish_reason finish = finish_reason::unfinished;  // stop or length: generated, only its scoring is left
+  bool operator==(const output_so_far&) const;
+};
+
 struct generation_request {
   uint64_t prompt_id = 0;
   uint64_t group_id = 0;
@@ -30,10 +41,10 @@ struct generation_request {
   sampling_params sampling;
   uint64_t seed = 0;
   int64_t admitted_version = 0;
+  // A resumed run continues the sample from here (empty: from the prompt).
+  output_so_far so_far;
   bool operator==(const generation_request&) const;
 };
-
-enum class finish_reason : uint8_t { unfinished, stop, length, aborted };
 enum class verdict : uint8_t { unscored, correct, wrong, no_answer, timeout, error, sandbox_violation };
 
 const char* to_string(finish_reason x);
@@ -139,6 +150,15 @@ struct node_hello {
   bool operator==(const node_hello&) const;
 };
 
+/// A sample of a started group, not trained, saved in a run checkpoint with the
+/// work done on it: generating (one trajectory, finish unfinished: the tokens so
+/// far), generated (one, not scored yet) or scored (as the sample store holds it).
+struct saved_sample {
+  std::vector<trajectory> segments;
+  bool scored = false;
+  bool operator==(const saved_sample&) const;
+};
+
 /// The controller's state in a run checkpoint (messages/run_state.capnp).
 struct run_state {
   int64_t version = 0;
@@ -158,6 +178,8 @@ struct run_state {
   int64_t trained_tokens = 0;
   double elapsed_s = 0;        // run time before this checkpoint
   int64_t metrics_bytes = -1;  // size of metrics.jsonl at this checkpoint (a resume cuts it back); -1: not recorded
+  std::vector<uint64_t> requeue_groups;  // the group id of each requeue entry (empty: new ids)
+  std::vector<saved_sample> saved;       // the work on those groups' samples
   bool operator==(const run_state&) const;
 };
 
