@@ -89,6 +89,7 @@ rollout_actor fake_rollout(caf::actor_system& sys, std::shared_ptr<record> rec, 
         [](step_atom) {},
         [](caf::tick_atom) {},
         [](snapshot_atom) { return std::vector<packed<trajectory>>{}; },
+        [rec](weights_atom) { return rec->version; },
     };
   });
 }

@@ -104,6 +104,8 @@ void on_reply(controller_pointer self, uint64_t rid, sample_summary& summary) {
   auto* work = st.rollouts.work(rid);
   auto pool = work ? work->pool : std::string{};
   auto done = settle_request(st, rid);
+  if (rid < st.first_rid_of_epoch)
+    return;  // sent before the trainer was lost: its slot was in the lost store
   if (!done || st.phase == run_phase::finished) {
     // forgotten (past its deadline, or its member was lost, and the sample sent again), or the run is over
     forget(self, summary);
@@ -181,9 +183,12 @@ void restore_scored(controller_pointer self, stream_sample sample) {
   for (auto& t : sample.scored)
     parts.push_back(*pack(t));
   st.ledger.dispatched(id, "checkpoint");
+  auto epoch = st.trainer_epoch;
   self->request(st.setup.store, st.setup.trainer_timeout, std::move(parts))
       .then(
-          [self, id](sample_summary& summary) {
+          [self, id, epoch](sample_summary& summary) {
+            if (self->state.trainer_epoch != epoch)
+              return;  // its store was lost with the trainer
             if (self->state.phase == run_phase::finished) {
               forget(self, summary);
               return;
@@ -191,8 +196,8 @@ void restore_scored(controller_pointer self, stream_sample sample) {
             on_summary(self, id, "checkpoint", summary);
             fill(self);
           },
-          [self, id](caf::error& err) {
-            if (self->state.phase != run_phase::finished)
+          [self, id, epoch](caf::error& err) {
+            if (self->state.phase != run_phase::finished && self->state.trainer_epoch == epoch)
               drop(self, id, "its saved trajectories did not reach the sample store: " + describe(err));
           });
 }
@@ -223,6 +228,7 @@ void dispatch(controller_pointer self, uint64_t worker, uint64_t pool, stream_sa
   auto request = *pack(sample.request);
   auto task = *pack(*sample.task);
   auto rid = st.rollouts.send(worker, {std::move(sample), 0, pool_name});
+  st.next_rid = rid + 1;
   st.rollouts.work(rid)->pool_request = st.rewards.send(pool, rid);
   st.deadlines.emplace_back(self->clock().now() + st.setup.request_timeout, rid);
   request_deadlines(self);
@@ -272,6 +278,11 @@ void on_member_down(controller_pointer self, const caf::down_msg& down) {
   auto& st = self->state;
   if (st.phase == run_phase::finished)
     return;  // the job stops its actors after the run
+  if (st.setup.trainer_rejoin.count() > 0 &&
+      (down.source == st.setup.trainer.address() || down.source == st.setup.store.address())) {
+    trainer_lost(self, describe(down.reason));
+    return;
+  }
   auto is_it = [&](const caf::actor& h) { return h.address() == down.source; };
   std::vector<stream_sample> again;
   std::string what, node;
@@ -311,12 +322,10 @@ void start(controller_pointer self, controller_setup setup) {
   st.stream = std::make_unique<prompt_stream>(std::move(s.source), s.encode, s.group_size, s.sampling, s.seed);
   st.gate = std::make_unique<staleness_gate>(s.batch_size, s.eta, s.max_concurrent);
   st.buffer = std::make_unique<group_buffer>(s.group_size);
-  // A resumed run's metrics are cut back to the checkpoint: the steps after it are trained again.
-  std::optional<uint64_t> keep;
-  if (s.resume && s.resume->metrics_bytes >= 0)
-    keep = static_cast<uint64_t>(s.resume->metrics_bytes);
-  st.metrics = std::make_unique<run_metrics>(s.metrics_path, s.trace, s.resume ? s.resume->elapsed_s : 0.0,
-                                             s.remote_weights, keep);
+  if (s.resume)
+    go_back_to(self, *s.resume);  // the metrics too
+  else
+    st.metrics = std::make_unique<run_metrics>(s.metrics_path, s.trace, 0.0, s.remote_weights);
   // The members in this process are monitored as the joined ones are: a lost one's samples go to the others.
   for (auto& r : s.rollouts) {
     st.rollouts.add(caf::actor_cast<caf::actor>(r), {}, "rollout-" + std::to_string(st.rollouts.size()));
@@ -326,37 +335,9 @@ void start(controller_pointer self, controller_setup setup) {
     st.rewards.add(caf::actor_cast<caf::actor>(s.reward), {}, "reward-pool");
     self->monitor(s.reward);
   }
-  if (auto& r = s.resume) {
-    // Counters continue; the unfinished groups of the checkpoint are generated again first.
-    st.before = *r;
-    st.gate->restore(r->version);
-    st.stats.version = r->version;
-    st.stats.steps = r->steps;
-    st.stats.max_staleness = r->max_staleness;
-    st.stats.reward_mean_first = r->reward_mean_first;
-    st.stats.reward_mean_last = r->reward_mean_last;
-    st.stream->restore(r->stream());
-    if (!r->saved.empty()) {
-      int64_t generating = 0, tokens = 0, generated = 0, scored = 0;
-      for (auto& saved : r->saved) {
-        auto& t = saved.segments.front();
-        if (saved.scored)
-          scored++;
-        else if (t.finish == finish_reason::unfinished)
-          generating++, tokens += static_cast<int64_t>(t.output_tokens.size());
-        else
-          generated++;
-      }
-      spdlog::info("controller: the checkpoint saved the work of {} sample(s) in flight: {} generating ({} tokens so "
-                   "far, continued), {} generated (scored now), {} scored (trained as they are){}",
-                   r->saved.size(), generating, tokens, generated, scored,
-                   st.stream->saved_unused() ? "; " + std::to_string(st.stream->saved_unused()) +
-                                                   " no longer match their prompt and are generated anew"
-                                             : std::string{});
-    }
-    st.generated_tokens = r->generated_tokens;
-    st.trained_tokens = r->trained_tokens;
-    st.metrics->resume(r->version, r->steps, r->source_position, r->requeue.size());
+  if (s.trainer_rejoin.count() > 0) {  // its loss pauses the run instead of ending it
+    self->monitor(s.trainer);
+    self->monitor(s.store);
   }
   refresh_counts(st);
 }
@@ -368,8 +349,8 @@ void start(controller_pointer self, controller_setup setup) {
 // gate is closed or admission has stopped.
 void fill(controller_pointer self) {
   auto& st = self->state;
-  if (st.setup.agent_episodes)
-    return;  // the agents open episodes themselves
+  if (st.setup.agent_episodes || !trainer_ready(st))
+    return;  // the agents open episodes themselves; without a trainer nothing is admitted
   while (st.phase != run_phase::finished) {
     auto worker = st.rollouts.least_loaded(st.setup.rollout_slots);
     auto pool = st.rewards.least_loaded();
@@ -430,6 +411,11 @@ controller_actor spawn_controller(caf::actor_system& sys, controller_setup setup
           episode_dropped(self, {group, index}, why);
         },
         [self](episode_atom, uint64_t group) { group_deadline(self, group); },
+        [self](trainer_atom) { trainer_lost(self, "its node was lost"); },
+        [self](trainer_atom, caf::actor& trainer, caf::actor& store, std::string& record) {
+          trainer_back(self, trainer, store, record);
+        },
+        [self](trainer_atom, uint64_t epoch) { poll_rollout_weights(self, epoch); },
         [self](reply_atom, uint64_t rid, sample_summary& summary) { on_reply(self, rid, summary); },
         [self](reply_atom, uint64_t rid, caf::error& err) { on_failure(self, rid, err); },
         [self](deadline_atom) {

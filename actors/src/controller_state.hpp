@@ -74,10 +74,31 @@ struct controller_state {
   std::map<std::string, agent_group> open_groups;
   std::set<sample_id> episodes_running;
   uint64_t next_group = 0;
+  // The trainer on a node of its own (setup.trainer_rejoin): lost, and back
+  // from its last checkpoint while the rollout workers take that checkpoint's weights.
+  bool trainer_missing = false;
+  bool awaiting_weights = false;
+  caf::actor_clock::time_point awaiting_since;
+  uint64_t trainer_epoch = 0;  // replies from a trainer of an earlier epoch are let go
+  uint64_t next_rid = 0;       // the id the next rollout request gets (ids only grow)
+  uint64_t first_rid_of_epoch = 0;  // replies to older requests name slots of a lost store
 };
 
 using controller_pointer = controller_actor::stateful_pointer<controller_state>;
 
+/// Everything goes back to a checkpoint's record: counters, staleness gate,
+/// prompt stream (with the saved work), metrics; buffer and ledger start empty.
+void go_back_to(controller_pointer self, const controller_checkpoint& r);
+/// The trainer was lost; a trainer joined again from the checkpoint `record` (controller_trainer.cpp).
+void trainer_lost(controller_pointer self, const std::string& why);
+void trainer_back(controller_pointer self, const caf::actor& trainer, const caf::actor& store,
+                  const std::string& record);
+/// The poll of the rollout workers' weights after a trainer joined again (sent to itself).
+void poll_rollout_weights(controller_pointer self, uint64_t epoch);
+/// Whether the run may admit work and train: a trainer is there and the rollout workers have its weights.
+inline bool trainer_ready(const controller_state& st) {
+  return !st.trainer_missing && !st.awaiting_weights;
+}
 /// The counters of the stats reply, from the ledger (and the runs before a resume).
 void refresh_counts(controller_state& st);
 /// Closes the groups the buffer dropped (ledger, gate, stream, their trajectories in the store).

@@ -169,15 +169,22 @@ void gather_work(controller_pointer self, F then) {
 template <class F>
 void write_checkpoint(controller_pointer self, const work_in_flight& work, F then) {
   auto& st = self->state;
+  if (st.trainer_missing)
+    return;  // lost while the work was gathered: its loss settled what waited for this
+  auto epoch = st.trainer_epoch;
   self->request(st.setup.trainer, st.setup.trainer_timeout, checkpoint_atom::value, st.setup.checkpoint_dir,
                 checkpoint_record(st, work).to_bytes())
       .then(
-          [self, then](int64_t version) mutable {
+          [self, then, epoch](int64_t version) mutable {
+            if (self->state.trainer_epoch != epoch)
+              return;
             self->state.checkpointing = false;
             spdlog::info("checkpoint of version {} written to {}", version, self->state.setup.checkpoint_dir);
             then(std::string{});
           },
-          [self, then](caf::error& err) mutable {
+          [self, then, epoch](caf::error& err) mutable {
+            if (self->state.trainer_epoch != epoch)
+              return;
             self->state.checkpointing = false;
             auto why = trainer_failure(self->state, "write the checkpoint", err);
             spdlog::error("checkpoint failed: {}", why);
@@ -196,7 +203,11 @@ void save_checkpoint(controller_pointer self, F then) {
     return;
   }
   st.checkpointing = true;
-  gather_work(self, [self, then](const work_in_flight& work) mutable { write_checkpoint(self, work, then); });
+  auto epoch = st.trainer_epoch;
+  gather_work(self, [self, then, epoch](const work_in_flight& work) mutable {
+    if (self->state.trainer_epoch == epoch)  // else the trainer was lost meanwhile
+      write_checkpoint(self, work, then);
+  });
 }
 
 
@@ -216,14 +227,19 @@ void request_evaluation(controller_pointer self) {
   if (st.evaluating)
     return;
   st.evaluating = true;
+  auto epoch = st.trainer_epoch;
   self->request(st.setup.trainer, st.setup.trainer_timeout, eval_atom::value)
       .then(
-          [self](int64_t version, double accuracy, double mean_tokens) {
+          [self, epoch](int64_t version, double accuracy, double mean_tokens) {
+            if (self->state.trainer_epoch != epoch)
+              return;
             self->state.evaluating = false;
             self->state.metrics->eval(version, accuracy, mean_tokens);
             spdlog::info("held-out accuracy of version {}: {:.1f}%", version, 100 * accuracy);
           },
-          [self](caf::error& err) {
+          [self, epoch](caf::error& err) {
+            if (self->state.trainer_epoch != epoch)
+              return;
             self->state.evaluating = false;
             spdlog::warn("evaluation skipped: {}", trainer_failure(self->state, "evaluate", err));
           });
@@ -314,6 +330,10 @@ void end_run(controller_pointer self, int32_t code, const std::string& why) {
   st.phase = run_phase::draining;
   st.end_code = code;
   st.end_why = why;
+  if (st.trainer_missing) {  // no trainer to write a checkpoint: the last one on disk stays
+    finish(self, code, why + "; the trainer is lost, its last checkpoint on disk stays");
+    return;
+  }
   if (st.training || st.checkpointing)
     return;  // the step's reply (or the checkpoint's) ends the run
   st.phase = run_phase::saving;
@@ -326,7 +346,8 @@ void end_run(controller_pointer self, int32_t code, const std::string& why) {
 
 void try_train(controller_pointer self) {
   auto& st = self->state;
-  if (st.training || st.checkpointing || st.phase == run_phase::saving || st.phase == run_phase::finished)
+  if (st.training || st.checkpointing || st.phase == run_phase::saving || st.phase == run_phase::finished ||
+      !trainer_ready(st))
     return;
   // Trained now, the batch produces version v + 1 from version v: tokens older
   // than v - eta would exceed the bound.
@@ -348,10 +369,17 @@ void try_train(controller_pointer self) {
     slots.push_back(t.slot);
   }
   st.training = true;
+  auto epoch = st.trainer_epoch;
   self->request(st.setup.store, st.setup.trainer_timeout, train_atom::value, std::move(slots))
-      .then([self, facts](train_report& report) { on_trained(self, report, facts); },
-            [self](caf::error& err) {
+      .then(
+          [self, facts, epoch](train_report& report) {
+            if (self->state.trainer_epoch == epoch)  // else trained by a trainer since lost
+              on_trained(self, report, facts);
+          },
+            [self, epoch](caf::error& err) {
               auto& s = self->state;
+              if (s.trainer_epoch != epoch)
+                return;
               s.training = false;
               auto step = "finish training step " + std::to_string(s.stats.steps + 1);
               finish(self, 1, "the trainer failed: " + trainer_failure(s, step, err));

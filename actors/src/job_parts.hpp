@@ -157,12 +157,12 @@ void stop_trainer_side(const trainer_side& side);
 /// The controller node's half of a trainer on a node of its own: saves the
 /// weights the run starts from (unless it resumes), asks the node actor for the
 /// trainer side (answered once the trainer's node joined, within
-/// cluster.connect_timeout_s), and subscribes this node's rollout workers to
-/// its publisher. Throws job_error with the reason.
+/// cluster.connect_timeout_s, or `wait_s` when given), and subscribes this
+/// node's rollout workers to its publisher. Throws job_error with the reason.
 trainer_side remote_trainer_side(caf::actor_system& sys, const run_config& c, node_actor node, const node_spec& self,
                                  const std::filesystem::path& run_dir, const model_parts& m,
                                  const std::string& resume_from, int64_t initial_version,
-                                 const std::vector<rollout_actor>& rollouts);
+                                 const std::vector<rollout_actor>& rollouts, double wait_s = -1);
 /// The trainer node's half: the trainer side over the configured model with the
 /// weights of `model_dir`.
 trainer_side start_trainer_side(caf::actor_system& sys, const run_config& c, const node_spec& self,

@@ -241,6 +241,12 @@ void on_peer_down(node_pointer self, const caf::down_msg& down) {
       continue;
     auto name = i->first;
     auto roles = join(i->second.hello.roles);
+    // The trainer side of a lost node is gone: a trainer that joins again starts a new one.
+    auto node = i->second.handle.node();
+    if (st.trainer_members && st.trainer_members.node() == node)
+      st.trainer_members = node_members_actor{};
+    if (st.publisher && st.publisher.node() == node)
+      st.publisher = caf::actor{};
     st.peers.erase(i);
     st.lost.push_back(name);
     st.stats.peers_lost++;
@@ -414,8 +420,16 @@ node_actor::behavior_type node_behavior(node_pointer self, node_setup setup) {
         return promise;
       },
       [self](publisher_atom, caf::actor& controller, caf::actor& publisher) {
-        self->state.controller = controller;
-        self->state.publisher = publisher;
+        auto& st = self->state;
+        st.controller = controller;
+        st.publisher = publisher;
+        for (auto& [name, peer] : st.peers)  // the rollout nodes subscribe (again) to this one
+          self->send(peer.handle, publisher_atom::value, publisher);
+      },
+      [self](publisher_atom, caf::actor& publisher) {
+        auto& st = self->state;
+        if (!is_controller(self) && st.members && !sending_peer(self).empty())
+          self->send(st.members, publisher_atom::value, publisher);
       },
       [self](run_end_atom, std::string& why) -> bool {
         finish(self, exit_ok, "the controller ended the run: " + why);

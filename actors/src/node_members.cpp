@@ -6,6 +6,7 @@
 #include <caf/all.hpp>
 
 #include <optional>
+#include <utility>
 
 #include "areal/kernels/compute_threads.hpp"
 #include "areal/actors/reward_pool.hpp"
@@ -29,6 +30,7 @@ struct members_state {
   std::vector<rollout_actor> rollouts;
   uint64_t model_bytes = 0;
   caf::actor subscriber;
+  caf::actor_addr publisher, lost_publisher;  // the one subscribed to, and the last one that went away
   bool rollouts_joined = false;
   std::optional<trainer_side> trainer;  // the trainer's node: once the controller's job asked for it
   std::shared_ptr<tracer> trace;
@@ -55,15 +57,37 @@ void join_run(members_pointer self, const std::string& role, const caf::actor& m
           });
 }
 
+// Subscribes the rollout workers to the run's weight publisher. The
+// subscriber is linked (it ends with these members); when it ends first (the
+// publisher's node was lost with the trainer) this node asks again, and takes
+// the publisher of the trainer that joins next (never the one that went away).
+void subscribe_to(members_pointer self, const caf::actor& publisher) {
+  auto& st = self->state;
+  if (st.rollouts.empty() || !publisher || (st.subscriber && publisher.address() == st.publisher))
+    return;  // nothing to subscribe, or subscribed to it already
+  if (st.subscriber) {  // to a publisher that went away unnoticed here (its node was lost)
+    auto old = std::exchange(st.subscriber, caf::actor{});
+    self->unlink_from(old);
+    self->send_exit(old, caf::exit_reason::user_shutdown);
+    st.lost_publisher = st.publisher;
+    spdlog::warn("weights: the controller node announced a new weight publisher; subscribing again to it");
+  }
+  auto ws = rollout_subscription(st.config, st.self, publisher, st.rollouts, st.model_bytes);
+  ws.listener = caf::actor_cast<weights_listener_actor>(self);
+  st.publisher = publisher.address();
+  st.subscriber = caf::actor_cast<caf::actor>(spawn_weight_subscriber(self->system(), ws));
+  self->link_to(st.subscriber);
+}
+
 void subscribe_to_weights(members_pointer self) {
   self->request(self->state.head, std::chrono::seconds(10), publisher_atom::value)
       .then(
           [self](caf::actor& publisher) {
-            auto& st = self->state;
-            auto ws = rollout_subscription(st.config, st.self, publisher, st.rollouts, st.model_bytes);
-            ws.listener = caf::actor_cast<weights_listener_actor>(self);
-            st.subscriber = caf::actor_cast<caf::actor>(spawn_weight_subscriber(self->system(), ws));
-            self->link_to(st.subscriber);
+            if (publisher.address() == self->state.lost_publisher) {
+              self->delayed_send(self, retry_interval, publisher_atom::value);
+              return;
+            }
+            subscribe_to(self, publisher);
           },
           [self](caf::error& err) {
             if (err != node_errc::not_ready)
@@ -84,6 +108,23 @@ node_members_actor spawn_node_members(caf::actor_system& sys, const run_config& 
     st.self = self_spec;
     st.head = controller_node;
     st.trace = trace;
+    self->set_exit_handler([self](caf::exit_msg& msg) {
+      auto& s = self->state;
+      if (msg.source != s.subscriber.address()) {
+        if (msg.reason)  // as without a handler: a linked member that failed ends these members
+          self->quit(msg.reason);
+        return;
+      }
+      if (!s.rollouts_joined && msg.reason) {  // the first weights cannot be taken: no part in the run
+        self->quit(msg.reason);
+        return;
+      }
+      spdlog::warn("weights: the subscription ended ({}); subscribing again to the next publisher",
+                   describe(msg.reason));
+      s.lost_publisher = s.publisher;
+      s.subscriber = caf::actor{};
+      self->delayed_send(self, retry_interval, publisher_atom::value);
+    });
     if (self_spec.has(role::trainer))
       join_run(self, "trainer", caf::actor_cast<caf::actor>(self));  // the job asks for the trainer side
     if (self_spec.has(role::reward)) {
@@ -139,7 +180,11 @@ node_members_actor spawn_node_members(caf::actor_system& sys, const run_config& 
               caf::actor_cast<caf::actor>(t.trainer), caf::actor_cast<caf::actor>(t.store),
               caf::actor_cast<caf::actor>(t.publisher), caf::actor_cast<caf::actor>(t.evaluator));
         },
-        [self](publisher_atom) { subscribe_to_weights(self); },
+        [self](publisher_atom) {
+          if (!self->state.subscriber)
+            subscribe_to_weights(self);
+        },
+        [self](publisher_atom, caf::actor& publisher) { subscribe_to(self, publisher); },
         [self](weights_atom, int64_t version, std::string& error) {
           auto& s = self->state;
           if (!error.empty()) {

@@ -26,6 +26,8 @@ prompt_stream::prompt_stream(std::unique_ptr<tasks::task_source> source, encoder
 }
 
 void prompt_stream::restore(const stream_position& p) {
+  open_.clear();  // a stream going back to a checkpoint forgets what it started since
+  pending_.clear();
   source_->restore(p.source_position);
   dropped_positions_ = p.dropped_positions;
   next_group_ = p.next_group;

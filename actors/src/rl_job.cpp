@@ -8,6 +8,8 @@
 
 #include <chrono>
 #include <map>
+#include <thread>
+#include <utility>
 #include <sstream>
 
 #include <caf/all.hpp>
@@ -274,6 +276,10 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
   cs.listener = caf::actor_cast<done_listener_actor>(caf::actor{self});
   cs.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.cluster.request_timeout_s * 1000));
   cs.trainer_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.cluster.trainer_timeout_s * 1000));
+  // A trainer on a node of its own may be lost and join again (agent episodes are with their agents: not those).
+  bool trainer_rejoin = remote_trainer && c.cluster.trainer_rejoin_s > 0 && c.task.kind != "agent";
+  if (trainer_rejoin)
+    cs.trainer_rejoin = std::chrono::milliseconds(static_cast<int64_t>(c.cluster.trainer_rejoin_s * 1000));
   cs.member_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.cluster.connect_timeout_s * 1000));
   cs.agent_episodes = c.task.kind == "agent";
   cs.episode_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.endpoint.episode_timeout_s * 1000));
@@ -319,6 +325,67 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
                                      endpoint ? endpoint->port() : uint16_t{0}});
   std::string lost;  // why an actor of the job stopped
   clock_type::time_point lost_at;
+  std::string trainer_gone;  // the trainer side stopped and may join again (trainer_rejoin)
+  auto is_trainer_side = [&](const caf::actor_addr& a) {
+    return a == trainer.address() || a == store.address() || a == publisher.address() ||
+           (evaluator && a == evaluator.address());
+  };
+  // The trainer's node was lost: the controller pauses; a trainer that joins
+  // within cluster.trainer_rejoin_s starts from the last checkpoint, and the
+  // controller goes back to it. Blocks this thread while it waits.
+  auto rejoin_trainer = [&] {
+    auto why = std::exchange(trainer_gone, std::string{});
+    for (auto a : {caf::actor_cast<caf::actor>(trainer), caf::actor_cast<caf::actor>(store),
+                   caf::actor_cast<caf::actor>(publisher), caf::actor_cast<caf::actor>(evaluator)})
+      if (a)
+        watched.erase(a.address());
+    if (side.subscriber)
+      self->send_exit(side.subscriber, caf::exit_reason::user_shutdown);
+    self->send(controller, trainer_atom::value);
+    progress.close();
+    auto give_up = [&](const std::string& reason) {
+      lost = why + "; " + reason;
+      lost_at = clock_type::now();
+      spdlog::error("{}: ending the run", lost);
+      self->send(controller, shutdown_atom::value, int32_t{1}, lost);
+    };
+    auto last = kernels::trainer::complete_checkpoint(checkpoint_dir);
+    if (last.empty()) {
+      give_up("the trainer's node was lost before the first checkpoint: there is nothing to go back to");
+      return;
+    }
+    spdlog::warn("{}: waiting up to {} s for the trainer's node to join again (cluster.trainer_rejoin_s); the run "
+                 "goes back to {} then",
+                 why, c.cluster.trainer_rejoin_s, last);
+    try {
+      auto record = controller_checkpoint::load(last);
+      check_resume_state(record, last, c);
+      // The node actor may still hand the request to the lost node's members
+      // (it learns of the loss a moment later): refused, it is asked again.
+      auto until = clock_type::now() + std::chrono::milliseconds(static_cast<int64_t>(c.cluster.trainer_rejoin_s * 1000));
+      for (;;) {
+        try {
+          side = remote_trainer_side(sys, c, options.node, options.self, options.run_dir, m, last, record.version,
+                                     rollouts, std::max(0.001, std::chrono::duration<double>(until - clock_type::now()).count()));
+          break;
+        } catch (const job_error&) {
+          if (clock_type::now() + std::chrono::seconds(1) >= until)
+            throw;
+          std::this_thread::sleep_for(std::chrono::seconds(1));
+        }
+      }
+      watch(trainer, "the trainer");
+      watch(store, "the sample store");
+      watch(publisher, "the weight publisher");
+      watch(evaluator, "the evaluator");
+      caf::anon_send(options.node, publisher_atom::value, caf::actor_cast<caf::actor>(controller),
+                     caf::actor_cast<caf::actor>(publisher));
+      self->send(controller, trainer_atom::value, caf::actor_cast<caf::actor>(trainer),
+                 caf::actor_cast<caf::actor>(store), record.to_bytes());
+    } catch (const std::exception& e) {
+      give_up(std::string{"no trainer joined again: "} + e.what());
+    }
+  };
 
   // The agent program (agent.command): held-out episodes, then the training episodes beside the RL loop.
   std::unique_ptr<agent_program> agent;
@@ -350,6 +417,10 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
           auto it = watched.find(down.source);
           if (it == watched.end() || !lost.empty())
             return;
+          if (trainer_rejoin && is_trainer_side(down.source)) {
+            trainer_gone = it->second + " stopped (" + describe(down.reason) + ")";
+            return;  // handled after this message
+          }
           lost = it->second + " stopped (" + describe(down.reason) + ")";
           lost_at = clock_type::now();
           progress.close();
@@ -405,6 +476,8 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
                       },
                       [](caf::error&) {});
             });
+    if (!trainer_gone.empty() && !done)
+      rejoin_trainer();
   }
   progress.close();
   result.rl_seconds = seconds_since(rl_start);

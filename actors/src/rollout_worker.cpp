@@ -327,6 +327,7 @@ rollout_actor::behavior_type rollout_behavior(rollout_pointer self, rollout_setu
           }
       },
       [self](snapshot_atom) { return snapshot(self->state); },
+      [self](weights_atom) { return self->state.engine->next_version(); },
       [self](caf::tick_atom) {
         // Every sample a full pool refused is offered again; a refusal puts it back.
         auto& st = self->state;

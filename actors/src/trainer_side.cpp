@@ -102,14 +102,16 @@ trainer_side spawn_trainer_side(caf::actor_system& sys, const run_config& c, con
 trainer_side remote_trainer_side(caf::actor_system& sys, const run_config& c, node_actor node, const node_spec& self,
                                  const std::filesystem::path& run_dir, const model_parts& m,
                                  const std::string& resume_from, int64_t initial_version,
-                                 const std::vector<rollout_actor>& rollouts) {
+                                 const std::vector<rollout_actor>& rollouts, double wait_s) {
   // The trainer's node loads the weights the run starts from: the checkpoint's, or these.
   auto model_dir = resume_from.empty() ? (run_dir / "initial_model").string()
                                        : (std::filesystem::path{resume_from} / "model").string();
   if (resume_from.empty())
     m.policy->save(model_dir);
-  auto timeout = std::chrono::milliseconds(static_cast<int64_t>(c.cluster.connect_timeout_s * 1000));
-  spdlog::info("RL: the trainer runs on another node; waiting up to {} s for it", c.cluster.connect_timeout_s);
+  if (wait_s < 0)
+    wait_s = c.cluster.connect_timeout_s;
+  auto timeout = std::chrono::milliseconds(static_cast<int64_t>(wait_s * 1000));
+  spdlog::info("RL: the trainer runs on another node; waiting up to {} s for it", wait_s);
   caf::scoped_actor ask{sys};
   trainer_side side;
   std::string failed;

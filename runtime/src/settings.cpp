@@ -179,6 +179,10 @@ std::vector<section> make_table() {
               "deadline of one training step, checkpoint or evaluation on the trainer; past it a step or "
               "checkpoint ends the run with that reason (resume from the last checkpoint on disk), an "
               "evaluation is skipped"),
+           in("trainer_rejoin_s", &c::cluster, &cluster_spec::trainer_rejoin_s, 0, 86400,
+              "with the trainer on a node of its own: how long the run waits for that node to join again after "
+              "it was lost (the run goes back to its last checkpoint, the other nodes keep running); 0: losing "
+              "it ends the run"),
        }});
   t.push_back({"model",
                false,

@@ -58,6 +58,11 @@ struct controller_setup {
   /// evaluation): a trainer that hangs ends the run with the reason instead
   /// of holding it forever.
   std::chrono::milliseconds trainer_timeout{3600000};
+  /// A trainer on a node of its own may be lost and join again (the job asks
+  /// for it): the controller watches it, pauses while it is gone (not ending
+  /// the run), and waits this long after it joined again for every rollout
+  /// worker to take the weights it started from. Zero: losing it ends the run.
+  std::chrono::milliseconds trainer_rejoin{0};
   /// How long the run may have no rollout worker (before the first joins, or
   /// after the last is lost) before it stops with a checkpoint.
   std::chrono::milliseconds member_timeout{120000};

@@ -73,8 +73,12 @@ using node_actor = caf::typed_actor<
     caf::replies_to<trainer_atom, std::string, std::string, int64_t, std::string>::with<caf::actor, caf::actor,
                                                                                         caf::actor, caf::actor>,
     // Set by the RL job of this process once it runs: its controller and weight
-    // publisher, for the two requests above.
+    // publisher, for the two requests above. Set again (a trainer that joined
+    // again has a publisher of its own), it is announced to every peer.
     caf::reacts_to<publisher_atom, caf::actor, caf::actor>,
+    // Other nodes: the controller node announces the run's weight publisher;
+    // this node's rollout workers subscribe to it (unless they are already).
+    caf::reacts_to<publisher_atom, caf::actor>,
     // The trace spans of this node's members as JSON [[track, what, start, end], ...]
     // in nanoseconds of the controller node's wall clock (the offset estimated at
     // the handshake). On the controller node: every peer's, merged.
@@ -98,6 +102,7 @@ struct local_weights {
 using stream_atom = caf::atom_constant<caf::atom("stream")>;
 using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
 using snapshot_atom = caf::atom_constant<caf::atom("snapshot")>;
+using weights_atom = caf::atom_constant<caf::atom("weights")>;
 
 /// The ROLLOUT WORKER interface: a generation engine on its own thread that
 /// never waits for the trainer.
@@ -128,10 +133,12 @@ using rollout_actor = caf::typed_actor<
     // For a run checkpoint: the work on the samples bound for a reward pool, as
     // trajectories: the tokens so far of those generating (finish unfinished),
     // and the generated ones no pool has answered for yet.
-    caf::replies_to<snapshot_atom>::with<std::vector<packed<trajectory>>>>;
+    caf::replies_to<snapshot_atom>::with<std::vector<packed<trajectory>>>,
+    // The policy version the next token it samples will carry (new weights
+    // that arrived count, though applied at the next step).
+    caf::replies_to<weights_atom>::with<int64_t>>;
 
 using train_atom = caf::atom_constant<caf::atom("train")>;
-using weights_atom = caf::atom_constant<caf::atom("weights")>;
 using checkpoint_atom = caf::atom_constant<caf::atom("checkpoint")>;
 
 /// What one training step did.
@@ -288,6 +295,9 @@ using node_members_actor = caf::typed_actor<
     caf::reacts_to<join_atom, std::string, caf::actor>,
     // Ask the controller node for the weight publisher again and subscribe.
     caf::reacts_to<publisher_atom>,
+    // Subscribe to this weight publisher (announced by the controller node), in
+    // place of a subscription to another one.
+    caf::reacts_to<publisher_atom, caf::actor>,
     // The weight subscriber's report of a version (a weights_listener_actor).
     caf::reacts_to<weights_atom, int64_t, std::string>,
     // The trainer's node only: start the trainer side (see node_actor's trainer_atom).
@@ -367,7 +377,18 @@ using controller_actor = caf::typed_actor<
     // An episode will not be trained (group, index, why): its endpoint dropped it.
     caf::reacts_to<episode_atom, uint64_t, uint32_t, std::string>,
     // A group's deadline (sent to itself): a group whose episodes did not all open by then is dropped.
-    caf::reacts_to<episode_atom, uint64_t>>;
+    caf::reacts_to<episode_atom, uint64_t>,
+    // The trainer's node was lost (a trainer on a node of its own): no more
+    // admissions or steps; what is in flight is let go (the run goes back to
+    // its last checkpoint when a trainer joins again).
+    caf::reacts_to<trainer_atom>,
+    // A trainer joined again (its actor and its sample store), started from the
+    // last checkpoint (the controller's record, as bytes; empty: the start of
+    // the run): the controller goes back to that checkpoint and, once every
+    // rollout worker has its weights, the run goes on.
+    caf::reacts_to<trainer_atom, caf::actor, caf::actor, std::string>,
+    // Sent to itself: ask the rollout workers again whether they have those weights.
+    caf::reacts_to<trainer_atom, uint64_t>>;
 
 /// Counters of the reward pool.
 struct reward_pool_stats {

@@ -100,6 +100,16 @@ class member_table {
     return std::nullopt;
   }
 
+  /// Every request in flight is forgotten (their replies will find nothing); the members stay.
+  void forget_requests() {
+    requests_.clear();
+    by_load_.clear();
+    for (auto& [id, m] : members_) {
+      m.load = 0;
+      by_load_.emplace(0, id);
+    }
+  }
+
   /// Every member's handle, in the order they joined.
   std::vector<Handle> handles() const {
     std::vector<Handle> out;

@@ -132,6 +132,8 @@ class generation_engine {
   size_t queued() const { return queue_.size(); }
   bool idle() const { return active_.empty() && queue_.empty(); }
   int64_t version() const { return version_; }
+  /// The version the next sampled token carries: that of weights waiting for the next step, if any.
+  int64_t next_version() const { return pending_update_ ? pending_update_->first : version_; }
   const engine_counters& counters() const { return counters_; }
   const engine_config& config() const { return config_; }
   /// Copies of the running sequences' outputs so far (slot order).

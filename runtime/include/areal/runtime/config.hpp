@@ -45,6 +45,7 @@ struct cluster_spec {
   uint32_t transfer_timeout_ms = 60000;  // one weight transfer to one node
   double request_timeout_s = 600;        // one generation or reward request
   double trainer_timeout_s = 3600;       // one training step, checkpoint or evaluation of the trainer
+  double trainer_rejoin_s = 120;         // how long a run waits for its lost trainer node to join again
 };
 
 struct run_spec {
