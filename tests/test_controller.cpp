@@ -85,6 +85,7 @@ rollout_actor fake_rollout(caf::actor_system& sys, std::shared_ptr<record> rec, 
           return caf::make_error(caf::sec::unexpected_message, "only the endpoint streams");
         },
         [](cancel_atom, caf::actor&) {},
+        [](cancel_atom) {},
         [](local_weights&) {},
         [](step_atom) {},
         [](caf::tick_atom) {},

@@ -282,3 +282,44 @@ TEST_CASE("a rollout worker hands a checkpoint its work in flight, and a worker 
                  caf::actor_cast<caf::actor>(pool), caf::actor_cast<caf::actor>(store)})
     caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
 }
+
+TEST_CASE("cancelled by the controller, a rollout worker ends every request bound for a pool and holds none of them") {
+  fixture f;
+  auto& self = *f.self;
+  auto worker = f.spawn(f.model(1));
+  reward_pool_config pc;
+  pc.workers = 1;
+  std::atomic<bool> release{false};
+  pc.scorer = [&release](const std::string&, const reward_task&, const std::atomic<bool>& cancelled) {
+    for (int i = 0; i < 6000 && !release && !cancelled; ++i)
+      std::this_thread::sleep_for(5ms);
+    return reward::verification{verdict::correct, 1.0f, "fine"};
+  };
+  auto pool = spawn_reward_pool(*f.sys, pc);
+  trainer_actor no_trainer;
+  auto store = spawn_sample_store(*f.sys, no_trainer);
+  auto snapshot_size = [&] {
+    size_t n = 0;
+    self->request(worker, 10s, snapshot_atom::value)
+        .receive([&](std::vector<packed<trajectory>>& parts) { n = parts.size(); },
+                 [](caf::error& e) { FAIL(describe(e)); });
+    return n;
+  };
+  for (auto& r : {request(0, 80), request(1, 2), request(2, 80)})
+    self->send(worker, *pack(r), *pack(reward_task{}), caf::actor_cast<caf::actor>(pool),
+               caf::actor_cast<caf::actor>(store));
+  for (int i = 0; i < 2000 && snapshot_size() < 3; ++i)
+    std::this_thread::sleep_for(5ms);
+  REQUIRE(snapshot_size() == 3);  // two generating, one with the pool
+  self->send(worker, cancel_atom::value);
+  int errors = 0;
+  for (int i = 0; i < 3; ++i)
+    self->receive([&](sample_summary&) { FAIL("a cancelled request was answered with a summary"); },
+                  [&](caf::error&) { ++errors; }, caf::after(30s) >> [] { FAIL("no answer within 30 s"); });
+  CHECK(errors == 3);
+  CHECK(snapshot_size() == 0);
+  release = true;
+  for (auto a :
+       {caf::actor_cast<caf::actor>(worker), caf::actor_cast<caf::actor>(pool), caf::actor_cast<caf::actor>(store)})
+    caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+}

@@ -86,7 +86,11 @@ controller_checkpoint checkpoint_record(controller_state& st, const work_in_flig
   std::set<uint64_t> requeued(c.requeue_groups.begin(), c.requeue_groups.end());
   int64_t counted = 0;
   for (auto& [id, sample] : work.samples) {
-    if (requeued.count(id.group) == 0)
+    bool from_later_weights = false;  // impossible but for work of a lost trainer's history: not saved
+    for (auto& t : sample.segments)
+      for (auto v : t.token_versions)
+        from_later_weights |= v > c.version;
+    if (requeued.count(id.group) == 0 || from_later_weights)
       continue;
     auto entry = st.ledger.where(id);
     if (sample.scored && entry && entry->stage == sample_stage::buffered)

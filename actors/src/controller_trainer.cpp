@@ -129,6 +129,8 @@ void trainer_lost(controller_pointer self, const std::string& why) {
   // which holds the work that was in flight then.
   st.rollouts.forget_requests();
   st.first_rid_of_epoch = st.next_rid;
+  for (auto& h : st.rollouts.handles())  // their work would be sampled for a history that is gone
+    self->send(caf::actor_cast<rollout_actor>(h), cancel_atom::value);
   st.rewards.forget_requests();
   spdlog::warn("controller: the trainer is lost ({}); nothing is admitted or trained until a trainer joins again "
                "(the run then goes back to its last checkpoint)",

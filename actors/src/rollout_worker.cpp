@@ -223,7 +223,8 @@ void send_to_pool(rollout_pointer self, outgoing o) {
   self->request(held->to.pool, self->state.setup.score_timeout, held->t, held->text, held->to.task, held->to.store)
       .then(
           [self, held](sample_summary& summary) {
-            self->state.at_pool.erase(held);
+            if (self->state.at_pool.erase(held) == 0)
+              return;  // cancelled meanwhile
             held->to.promise.deliver(std::move(summary));
             // A reply freed a place in a pool: the oldest refused sample goes now.
             auto& st = self->state;
@@ -235,7 +236,8 @@ void send_to_pool(rollout_pointer self, outgoing o) {
           },
           [self, held](caf::error& err) {
             auto& st = self->state;
-            st.at_pool.erase(held);
+            if (st.at_pool.erase(held) == 0)
+              return;  // cancelled meanwhile
             bool queue_full =
                 err.category() == caf::atom("reward") && err.code() == static_cast<uint8_t>(reward_errc::queue_full);
             auto now = std::chrono::steady_clock::now();
@@ -325,6 +327,28 @@ rollout_actor::behavior_type rollout_behavior(rollout_pointer self, rollout_setu
               deliver(self, *out);  // answered as aborted
             return;
           }
+      },
+      [self](cancel_atom) {
+        auto& st = self->state;
+        std::vector<uint64_t> ids;
+        for (auto& [id, p] : st.in_flight)
+          if (p.to_pool)
+            ids.push_back(id);
+        for (auto id : ids) {
+          if (auto out = st.engine->cancel(id)) {
+            deliver(self, *out);  // answered as aborted
+          } else if (auto it = st.in_flight.find(id); it != st.in_flight.end()) {  // still queued, or generated
+            fail(it->second, caf::make_error(caf::sec::runtime_error, "rollout " + st.setup.name + ": cancelled"));
+            st.in_flight.erase(it);
+          }
+        }
+        for (auto& o : st.at_pool)  // generated, with a pool: nothing of them is saved or sent on
+          o->to.promise.deliver(caf::make_error(caf::sec::runtime_error, "cancelled"));
+        st.at_pool.clear();
+        for (auto& o : st.refused)
+          o.to.promise.deliver(caf::make_error(caf::sec::runtime_error, "cancelled"));
+        st.refused.clear();
+        spdlog::info("rollout {}: {} request(s) cancelled by the controller", st.setup.name, ids.size());
       },
       [self](snapshot_atom) { return snapshot(self->state); },
       [self](weights_atom) { return self->state.engine->next_version(); },

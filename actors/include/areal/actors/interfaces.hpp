@@ -122,6 +122,9 @@ using rollout_actor = caf::typed_actor<
     caf::replies_to<stream_atom, packed<generation_request>, caf::actor>::with<packed<trajectory>, std::string>,
     // The listener's client went away: its request ends now, answered with an error.
     caf::reacts_to<cancel_atom, caf::actor>,
+    // Every request bound for a reward pool ends now, answered with an error
+    // (the controller let them go: the trainer they were for was lost).
+    caf::reacts_to<cancel_atom>,
     // New weights: applied at the next step boundary, interrupting in-flight
     // sequences (their caches are recomputed with the new weights).
     caf::reacts_to<local_weights>,
