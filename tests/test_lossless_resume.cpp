@@ -55,7 +55,7 @@ saved_counts count(const controller_checkpoint& c) {
 
 }  // namespace
 
-TEST_CASE("a run killed between two checkpoints resumes its work in flight: no saved token is lost, none trained twice") {
+TEST_CASE("a run killed between two checkpoints resumes its work in flight: no saved token lost, none trained twice") {
   scratch_dir dir{"lossless"};
   auto args = [](std::vector<std::string> more) {
     more.insert(more.begin(), {"--set", "rl.checkpoint_every=1", "--set", "rl.record_trajectories=true", "--set",
@@ -111,7 +111,8 @@ TEST_CASE("a run killed between two checkpoints resumes its work in flight: no s
   for (auto& t : recorded(record, first_run_bytes)) {
     sample_key key{t["group"].get<uint64_t>(), t["index"].get<uint32_t>()};
     CHECK_MESSAGE(trained_before.count(key) == 0, "sample " << key.first << "/" << key.second << " trained twice");
-    CHECK_MESSAGE(trained_after.emplace(key, t).second, "sample " << key.first << "/" << key.second << " trained twice");
+    CHECK_MESSAGE(trained_after.emplace(key, t).second,
+                  "sample " << key.first << "/" << key.second << " trained twice");
   }
   // Every saved sample the resumed run trained went on from its saved tokens:
   // the same tokens, log-probabilities and versions first, then the rest.

@@ -69,11 +69,21 @@ bool same(const bytes& a, const bytes& b) {
 
 // -- blocking I/O with a deadline ------------------------------------------------
 
-bool write_all(int fd, const void* data, size_t size) {
+// False on a closed connection, an error, or the deadline (a peer that stops reading).
+bool write_all(int fd, const void* data, size_t size, clock_type::time_point deadline) {
   auto* p = static_cast<const char*>(data);
   while (size > 0) {
-    auto n = ::send(fd, p, size, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR)
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now()).count();
+    if (left <= 0)
+      return false;
+    pollfd pfd{fd, POLLOUT, 0};
+    int ready = ::poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
+    if (ready < 0 && errno != EINTR)
+      return false;
+    if (ready <= 0)
+      continue;
+    auto n = ::send(fd, p, size, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
       continue;
     if (n <= 0)
       return false;
@@ -196,7 +206,7 @@ bool store_server::state::handshake(int fd) {
   auto server_nonce = random_bytes(nonce_size);
   bytes hello(greeting, greeting + greeting_size);
   hello.insert(hello.end(), server_nonce.begin(), server_nonce.end());
-  if (!write_all(fd, hello.data(), hello.size()))
+  if (!write_all(fd, hello.data(), hello.size(), deadline))
     return false;
   bytes client_nonce(nonce_size), proof(mac_size);
   if (!read_exact(fd, client_nonce.data(), nonce_size, deadline) || !read_exact(fd, proof.data(), mac_size, deadline))
@@ -204,7 +214,7 @@ bool store_server::state::handshake(int fd) {
   if (!same(proof, mac(secret, "client", server_nonce)))
     return false;
   auto reply = mac(secret, "server", client_nonce);
-  return write_all(fd, reply.data(), reply.size());
+  return write_all(fd, reply.data(), reply.size(), deadline);
 }
 
 bool store_server::state::answer(int fd, uint8_t op, uint32_t timeout_ms, const std::vector<std::string>& keys,
@@ -264,7 +274,8 @@ bool store_server::state::answer(int fd, uint8_t op, uint32_t timeout_ms, const 
   bytes frame{result};
   put_u32(frame, static_cast<uint32_t>(out.size()));
   frame.insert(frame.end(), out.begin(), out.end());
-  return write_all(fd, frame.data(), frame.size());
+  // A peer that stops reading is given up on after the handshake's time.
+  return write_all(fd, frame.data(), frame.size(), clock_type::now() + handshake_timeout);
 }
 
 void store_server::state::serve(int fd) {
@@ -434,7 +445,8 @@ store_client::store_client(const std::string& host, uint16_t port, const std::st
   bytes answer = client_nonce;
   answer.insert(answer.end(), proof.begin(), proof.end());
   bytes reply(mac_size);
-  if (!write_all(fd_, answer.data(), answer.size()) || !read_exact(fd_, reply.data(), mac_size, deadline)) {
+  if (!write_all(fd_, answer.data(), answer.size(), deadline) ||
+      !read_exact(fd_, reply.data(), mac_size, deadline)) {
     ::close(fd_);
     throw store_error("rendezvous store at " + where + ": refused this node (a secret from another run?)");
   }
@@ -460,10 +472,10 @@ bytes store_client::call(uint8_t op, const std::vector<std::string>& keys, const
   }
   put_u32(frame, static_cast<uint32_t>(value.size()));
   frame.insert(frame.end(), value.begin(), value.end());
-  if (!write_all(fd_, frame.data(), frame.size()))
-    throw store_error("rendezvous store: the connection is lost");
   // The server answers a wait by its deadline; a little more covers the round trip.
   auto deadline = clock_type::now() + timeout + std::chrono::seconds(5);
+  if (!write_all(fd_, frame.data(), frame.size(), deadline))
+    throw store_error("rendezvous store: the connection is lost (or the store stopped reading)");
   uint8_t result = 0;
   bytes out;
   if (!read_exact(fd_, &result, 1, deadline) || !get_blob(fd_, out, max_value_bytes, deadline))

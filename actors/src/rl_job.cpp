@@ -362,11 +362,13 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
       check_resume_state(record, last, c);
       // The node actor may still hand the request to the lost node's members
       // (it learns of the loss a moment later): refused, it is asked again.
-      auto until = clock_type::now() + std::chrono::milliseconds(static_cast<int64_t>(c.cluster.trainer_rejoin_s * 1000));
+      auto until = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(
+                                           std::chrono::duration<double>(c.cluster.trainer_rejoin_s));
       for (;;) {
         try {
+          auto left_s = std::max(0.001, std::chrono::duration<double>(until - clock_type::now()).count());
           side = remote_trainer_side(sys, c, options.node, options.self, options.run_dir, m, last, record.version,
-                                     rollouts, std::max(0.001, std::chrono::duration<double>(until - clock_type::now()).count()));
+                                     rollouts, left_s);
           break;
         } catch (const job_error&) {
           if (clock_type::now() + std::chrono::seconds(1) >= until)
