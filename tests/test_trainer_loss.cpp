@@ -26,6 +26,7 @@ struct three_nodes {
     settings.push_back("rl.checkpoint_every=4");
     settings.push_back("eval.every=0");
     settings.push_back("cluster.trainer_rejoin_s=60");
+    settings.push_back("rl.record_trajectories=true");
     for (auto n : {"head", "trainer", "worker"})
       settings.push_back(std::string{"nodes."} + n + ".port=" + std::to_string(free_port()));
   }
@@ -78,6 +79,8 @@ TEST_CASE("the trainer's node killed mid-run joins again: the run goes back to i
   trainer->kill(SIGKILL);
   CHECK(trainer->wait_exit(10s) == 128 + SIGKILL);
   int64_t at_kill = t.last_step();
+  auto record = t.run() / "trajectories.jsonl";
+  auto lost_trainer_bytes = std::filesystem::file_size(record);
   REQUIRE_MESSAGE(head->wait_for("waiting up to 60 s for the trainer's node to join again", 20s), head->log());
 
   // A new trainer process under the same name; the head and the rollout node go on as they are.
@@ -127,6 +130,23 @@ TEST_CASE("the trainer's node killed mid-run joins again: the run goes back to i
   for (auto& [step, positions] : prompts_of_step)
     for (auto p : positions)
       CHECK_MESSAGE(prompts.insert(p).second, "prompt " << p << " trained twice (step " << step << ")");
+
+  // Every token the new trainer trained was sampled with weights of the history that stands: no
+  // version newer than the step's (batch b of the new trainer is step back_to + b + 1, trained at
+  // version back_to + b); a rollout worker that sampled on with the lost trainer's weights would break it.
+  std::ifstream in(record);
+  in.seekg(static_cast<std::streamoff>(lost_trainer_bytes));
+  int64_t checked = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty())
+      continue;
+    auto r = nlohmann::json::parse(line);
+    auto trained_at = back_to + r["batch"].get<int64_t>();
+    for (auto v : r["token_versions"])
+      CHECK_MESSAGE(v.get<int64_t>() <= trained_at, "a token of version " << v << " trained at version " << trained_at);
+    ++checked;
+  }
+  CHECK(checked == (steps - back_to) * 32);
 
   auto s = nlohmann::json::parse(std::ifstream(t.run() / "summary.json"));
   MESSAGE("trainer lost after step " << at_kill << ", the run went back to step " << back_to << "; accuracy "
