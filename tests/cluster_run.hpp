@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <set>
 #include <thread>
 
@@ -43,6 +44,16 @@ inline std::vector<std::string> micro_run(int64_t steps) {
           "cluster.heartbeat_interval_ms=200",
           "cluster.connection_timeout_ms=1500",
           "cluster.connect_timeout_s=60"};
+}
+
+// The lines of a JSON-lines file (a run's metrics.jsonl).
+inline std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& file) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(file);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty())
+      lines.push_back(nlohmann::json::parse(line));
+  return lines;
 }
 
 struct cluster {
@@ -83,15 +94,7 @@ struct cluster {
     return procs;
   }
 
-  std::vector<nlohmann::json> metrics() const {
-    std::vector<nlohmann::json> lines;
-    std::ifstream in(dir.path / "runs/four-nodes/metrics.jsonl");
-    std::string line;
-    while (std::getline(in, line))
-      if (!line.empty())
-        lines.push_back(nlohmann::json::parse(line));
-    return lines;
-  }
+  std::vector<nlohmann::json> metrics() const { return read_jsonl(dir.path / "runs/four-nodes/metrics.jsonl"); }
 
   int64_t steps_done() const {
     int64_t steps = 0;

@@ -65,6 +65,18 @@ generation_output direct(policy_model& m, const generation_request& r, int64_t v
   return engine.run_to_completion().front();
 }
 
+// A reward pool whose one worker holds each verification until `release` is set (at most 30 s).
+reward_pool_actor holding_pool(fixture& f, std::atomic<bool>& release) {
+  reward_pool_config pc;
+  pc.workers = 1;
+  pc.scorer = [&release](const std::string&, const reward_task&, const std::atomic<bool>& cancelled) {
+    for (int i = 0; i < 6000 && !release && !cancelled; ++i)
+      std::this_thread::sleep_for(5ms);
+    return reward::verification{verdict::correct, 1.0f, "fine"};
+  };
+  return spawn_reward_pool(*f.sys, pc);
+}
+
 }  // namespace
 
 TEST_CASE("the rollout worker answers every request with its trajectory and text") {
@@ -218,15 +230,8 @@ TEST_CASE("a rollout worker hands a checkpoint its work in flight, and a worker 
   auto& self = *f.self;
   auto reference = f.model(1);
   auto worker = f.spawn(f.model(1));
-  reward_pool_config pc;
-  pc.workers = 1;
   std::atomic<bool> release{false};
-  pc.scorer = [&release](const std::string&, const reward_task&, const std::atomic<bool>& cancelled) {
-    for (int i = 0; i < 6000 && !release && !cancelled; ++i)
-      std::this_thread::sleep_for(5ms);  // held until the test has looked
-    return reward::verification{verdict::correct, 1.0f, "fine"};
-  };
-  auto pool = spawn_reward_pool(*f.sys, pc);
+  auto pool = holding_pool(f, release);  // held until the test has looked
   trainer_actor no_trainer;
   auto store = spawn_sample_store(*f.sys, no_trainer);
   auto slow = request(0, 80), quick = request(1, 2);  // one generates long, one is with the pool at once
@@ -287,15 +292,8 @@ TEST_CASE("cancelled by the controller, a rollout worker ends every request boun
   fixture f;
   auto& self = *f.self;
   auto worker = f.spawn(f.model(1));
-  reward_pool_config pc;
-  pc.workers = 1;
   std::atomic<bool> release{false};
-  pc.scorer = [&release](const std::string&, const reward_task&, const std::atomic<bool>& cancelled) {
-    for (int i = 0; i < 6000 && !release && !cancelled; ++i)
-      std::this_thread::sleep_for(5ms);
-    return reward::verification{verdict::correct, 1.0f, "fine"};
-  };
-  auto pool = spawn_reward_pool(*f.sys, pc);
+  auto pool = holding_pool(f, release);
   trainer_actor no_trainer;
   auto store = spawn_sample_store(*f.sys, no_trainer);
   auto snapshot_size = [&] {

@@ -44,14 +44,7 @@ struct three_nodes {
 
   std::filesystem::path run() const { return dir.path / "runs/three-nodes"; }
 
-  std::vector<nlohmann::json> metrics() const {
-    std::vector<nlohmann::json> lines;
-    std::ifstream in(run() / "metrics.jsonl");
-    for (std::string line; std::getline(in, line);)
-      if (!line.empty())
-        lines.push_back(nlohmann::json::parse(line));
-    return lines;
-  }
+  std::vector<nlohmann::json> metrics() const { return read_jsonl(run() / "metrics.jsonl"); }
 
   int64_t last_step() const {
     int64_t step = 0;

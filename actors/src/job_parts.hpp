@@ -9,12 +9,14 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <caf/actor_system.hpp>
 
 #include "areal/actors/compute_share.hpp"
 #include "areal/actors/endpoint.hpp"
+#include "areal/actors/run_checkpoint.hpp"
 #include "areal/actors/evaluator.hpp"
 #include "areal/actors/interfaces.hpp"
 #include "areal/actors/weight_transport.hpp"
@@ -163,6 +165,20 @@ trainer_side remote_trainer_side(caf::actor_system& sys, const run_config& c, no
                                  const std::filesystem::path& run_dir, const model_parts& m,
                                  const std::string& resume_from, int64_t initial_version,
                                  const std::vector<rollout_actor>& rollouts, double wait_s = -1);
+/// A trainer on a node of its own was lost (`why`): waits up to
+/// cluster.trainer_rejoin_s for its node to join again and has it start from
+/// the last complete checkpoint; the trainer side and that checkpoint's
+/// controller record. Throws job_error with the reason (no checkpoint yet, no
+/// trainer in time).
+std::pair<trainer_side, controller_checkpoint> rejoined_trainer_side(caf::actor_system& sys, const run_config& c,
+                                                                     node_actor node, const node_spec& self,
+                                                                     const std::filesystem::path& run_dir,
+                                                                     const model_parts& m,
+                                                                     const std::vector<rollout_actor>& rollouts,
+                                                                     const std::string& why);
+/// The controller's record of a checkpoint agrees with the trainer's state
+/// beside it and with this run; throws job_error otherwise.
+void check_resume_state(const controller_checkpoint& saved, const std::string& dir, const run_config& c);
 /// The trainer node's half: the trainer side over the configured model with the
 /// weights of `model_dir`.
 trainer_side start_trainer_side(caf::actor_system& sys, const run_config& c, const node_spec& self,

@@ -69,18 +69,26 @@ bool same(const bytes& a, const bytes& b) {
 
 // -- blocking I/O with a deadline ------------------------------------------------
 
+// Waits until `fd` is ready for `events`: 1 ready, 0 not yet (ask again), -1 an error or the deadline.
+int ready_for(int fd, short events, clock_type::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now()).count();
+  if (left <= 0)
+    return -1;
+  pollfd pfd{fd, events, 0};
+  int ready = ::poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
+  if (ready < 0 && errno != EINTR)
+    return -1;
+  return ready > 0 ? 1 : 0;
+}
+
 // False on a closed connection, an error, or the deadline (a peer that stops reading).
 bool write_all(int fd, const void* data, size_t size, clock_type::time_point deadline) {
   auto* p = static_cast<const char*>(data);
   while (size > 0) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now()).count();
-    if (left <= 0)
+    int ready = ready_for(fd, POLLOUT, deadline);
+    if (ready < 0)
       return false;
-    pollfd pfd{fd, POLLOUT, 0};
-    int ready = ::poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
-    if (ready < 0 && errno != EINTR)
-      return false;
-    if (ready <= 0)
+    if (ready == 0)
       continue;
     auto n = ::send(fd, p, size, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
@@ -97,14 +105,10 @@ bool write_all(int fd, const void* data, size_t size, clock_type::time_point dea
 bool read_exact(int fd, void* data, size_t size, clock_type::time_point deadline) {
   auto* p = static_cast<char*>(data);
   while (size > 0) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now()).count();
-    if (left <= 0)
+    int ready = ready_for(fd, POLLIN, deadline);
+    if (ready < 0)
       return false;
-    pollfd pfd{fd, POLLIN, 0};
-    int ready = ::poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
-    if (ready < 0 && errno != EINTR)
-      return false;
-    if (ready <= 0)
+    if (ready == 0)
       continue;
     auto n = ::recv(fd, p, size, 0);
     if (n < 0 && errno == EINTR)

@@ -8,7 +8,6 @@
 
 #include <chrono>
 #include <map>
-#include <thread>
 #include <utility>
 #include <sstream>
 
@@ -88,19 +87,6 @@ void evaluate_final(caf::scoped_actor& self, const trainer_side& side, bool remo
             eval_line(run_dir, "final", time_s, w.version, r.accuracy, r.mean_tokens);
           },
           [&](caf::error& e) { spdlog::warn("cannot fetch the final weights: {}", describe(e)); });
-}
-
-// The controller's record of a checkpoint agrees with the trainer's state beside it and with this run.
-void check_resume_state(const controller_checkpoint& saved, const std::string& dir, const run_config& c) {
-  auto version = kernels::trainer::checkpoint_version(dir);
-  if (version != saved.version)
-    throw job_error(dir + ": the controller's record says policy version " + std::to_string(saved.version) +
-                    " and the trainer's state " + std::to_string(version) +
-                    ": the checkpoint is damaged or mixed from two runs; resume from a complete one");
-  if (saved.steps > c.rl.steps)
-    throw job_error(dir + ": the checkpoint has " + std::to_string(saved.steps) + " steps done, past rl.steps = " +
-                    std::to_string(c.rl.steps) + "; to train further raise rl.steps (e.g. --set rl.steps=" +
-                    std::to_string(saved.steps + c.rl.steps) + ")");
 }
 
 rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, const std::atomic<bool>& stop) {
@@ -343,39 +329,10 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
       self->send_exit(side.subscriber, caf::exit_reason::user_shutdown);
     self->send(controller, trainer_atom::value);
     progress.close();
-    auto give_up = [&](const std::string& reason) {
-      lost = why + "; " + reason;
-      lost_at = clock_type::now();
-      spdlog::error("{}: ending the run", lost);
-      self->send(controller, shutdown_atom::value, int32_t{1}, lost);
-    };
-    auto last = kernels::trainer::complete_checkpoint(checkpoint_dir);
-    if (last.empty()) {
-      give_up("the trainer's node was lost before the first checkpoint: there is nothing to go back to");
-      return;
-    }
-    spdlog::warn("{}: waiting up to {} s for the trainer's node to join again (cluster.trainer_rejoin_s); the run "
-                 "goes back to {} then",
-                 why, c.cluster.trainer_rejoin_s, last);
     try {
-      auto record = controller_checkpoint::load(last);
-      check_resume_state(record, last, c);
-      // The node actor may still hand the request to the lost node's members
-      // (it learns of the loss a moment later): refused, it is asked again.
-      auto until = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(
-                                           std::chrono::duration<double>(c.cluster.trainer_rejoin_s));
-      for (;;) {
-        try {
-          auto left_s = std::max(0.001, std::chrono::duration<double>(until - clock_type::now()).count());
-          side = remote_trainer_side(sys, c, options.node, options.self, options.run_dir, m, last, record.version,
-                                     rollouts, left_s);
-          break;
-        } catch (const job_error&) {
-          if (clock_type::now() + std::chrono::seconds(1) >= until)
-            throw;
-          std::this_thread::sleep_for(std::chrono::seconds(1));
-        }
-      }
+      auto [rejoined, record] =
+          rejoined_trainer_side(sys, c, options.node, options.self, options.run_dir, m, rollouts, why);
+      side = std::move(rejoined);
       watch(trainer, "the trainer");
       watch(store, "the sample store");
       watch(publisher, "the weight publisher");
@@ -385,7 +342,10 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
       self->send(controller, trainer_atom::value, caf::actor_cast<caf::actor>(trainer),
                  caf::actor_cast<caf::actor>(store), record.to_bytes());
     } catch (const std::exception& e) {
-      give_up(std::string{"no trainer joined again: "} + e.what());
+      lost = why + "; " + e.what();
+      lost_at = clock_type::now();
+      spdlog::error("{}: ending the run", lost);
+      self->send(controller, shutdown_atom::value, int32_t{1}, lost);
     }
   };
 

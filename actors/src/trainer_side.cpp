@@ -6,11 +6,15 @@
 
 #include <caf/all.hpp>
 
+#include <algorithm>
+#include <thread>
+
 #include "areal/kernels/compute_threads.hpp"
 #include "areal/actors/reward_pool.hpp"
 #include "areal/actors/sample_store.hpp"
 #include "areal/actors/trainer_actor.hpp"
 #include "areal/actors/weight_transport.hpp"
+#include "areal/kernels/trainer.hpp"
 #include "areal/runtime/log.hpp"
 #include "job_parts.hpp"
 
@@ -135,6 +139,49 @@ trainer_side remote_trainer_side(caf::actor_system& sys, const run_config& c, no
                                                           rollouts, static_cast<uint64_t>(m.policy->flat().nbytes())));
   }
   return side;
+}
+
+void check_resume_state(const controller_checkpoint& saved, const std::string& dir, const run_config& c) {
+  auto version = kernels::trainer::checkpoint_version(dir);
+  if (version != saved.version)
+    throw job_error(dir + ": the controller's record says policy version " + std::to_string(saved.version) +
+                    " and the trainer's state " + std::to_string(version) +
+                    ": the checkpoint is damaged or mixed from two runs; resume from a complete one");
+  if (saved.steps > c.rl.steps)
+    throw job_error(dir + ": the checkpoint has " + std::to_string(saved.steps) + " steps done, past rl.steps = " +
+                    std::to_string(c.rl.steps) + "; to train further raise rl.steps (e.g. --set rl.steps=" +
+                    std::to_string(saved.steps + c.rl.steps) + ")");
+}
+
+std::pair<trainer_side, controller_checkpoint> rejoined_trainer_side(caf::actor_system& sys, const run_config& c,
+                                                                     node_actor node, const node_spec& self,
+                                                                     const std::filesystem::path& run_dir,
+                                                                     const model_parts& m,
+                                                                     const std::vector<rollout_actor>& rollouts,
+                                                                     const std::string& why) {
+  auto last = kernels::trainer::complete_checkpoint((run_dir / "checkpoint").string());
+  if (last.empty())
+    throw job_error("the trainer's node was lost before the first checkpoint: there is nothing to go back to");
+  spdlog::warn("{}: waiting up to {} s for the trainer's node to join again (cluster.trainer_rejoin_s); the run "
+               "goes back to {} then",
+               why, c.cluster.trainer_rejoin_s, last);
+  auto record = controller_checkpoint::load(last);
+  check_resume_state(record, last, c);
+  // The node actor may still hand the request to the lost node's members
+  // (it learns of the loss a moment later): refused, it is asked again.
+  using clock = std::chrono::steady_clock;
+  auto until = clock::now() + std::chrono::duration_cast<clock::duration>(
+                                  std::chrono::duration<double>(c.cluster.trainer_rejoin_s));
+  for (;;) {
+    try {
+      auto left_s = std::max(0.001, std::chrono::duration<double>(until - clock::now()).count());
+      return {remote_trainer_side(sys, c, node, self, run_dir, m, last, record.version, rollouts, left_s), record};
+    } catch (const job_error& e) {
+      if (clock::now() + std::chrono::seconds(1) >= until)
+        throw job_error(std::string{"no trainer joined again: "} + e.what());
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+  }
 }
 
 trainer_side start_trainer_side(caf::actor_system& sys, const run_config& c, const node_spec& self,
