@@ -13,9 +13,11 @@
 #include <vector>
 
 #include <caf/actor_system.hpp>
+#include <caf/scoped_actor.hpp>
 
 #include "areal/actors/compute_share.hpp"
 #include "areal/actors/endpoint.hpp"
+#include "areal/actors/rl_job.hpp"
 #include "areal/actors/run_checkpoint.hpp"
 #include "areal/actors/evaluator.hpp"
 #include "areal/actors/interfaces.hpp"
@@ -176,6 +178,17 @@ std::pair<trainer_side, controller_checkpoint> rejoined_trainer_side(caf::actor_
                                                                      const model_parts& m,
                                                                      const std::vector<rollout_actor>& rollouts,
                                                                      const std::string& why);
+/// An evaluation outside the controller's steps (before RL, or of the final
+/// weights) as a metrics line; `time_s` is the run's time then (the report
+/// draws accuracy against it).
+void eval_line(const std::filesystem::path& run_dir, const char* which, double time_s, int64_t version,
+               double accuracy, double mean_tokens);
+/// The held-out accuracy of the final weights (into result.accuracy_after and
+/// metrics.jsonl): here with the trainer's weights by pointer, or by the
+/// evaluator beside a remote trainer.
+void evaluate_final(caf::scoped_actor& self, const trainer_side& side, bool remote, const model_parts& m,
+                    const eval_set& evals, const eval_options& eo, const std::filesystem::path& run_dir,
+                    double time_s, rl_job_result& result);
 /// The controller's record of a checkpoint agrees with the trainer's state
 /// beside it and with this run; throws job_error otherwise.
 void check_resume_state(const controller_checkpoint& saved, const std::string& dir, const run_config& c);

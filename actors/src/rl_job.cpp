@@ -38,57 +38,6 @@ using namespace job;
 
 namespace {
 
-// An evaluation outside the controller's steps (before RL, or of the final weights) as a metrics line;
-// `time_s` is the run's time then (the report draws accuracy against it).
-void eval_line(const fs::path& run_dir, const char* which, double time_s, int64_t version, double accuracy,
-               double mean_tokens) {
-  auto line = nlohmann::json{{"event", "eval"},          {"time_s", time_s},
-                             {"version", version},       {"accuracy", accuracy},
-                             {"response_tokens_mean", mean_tokens}, {which, true}}
-                  .dump();
-  try {
-    append_only_file metrics(run_dir / "metrics.jsonl");
-    metrics.append(line + "\n");
-    metrics.sync();
-  } catch (const file_error& e) {
-    spdlog::error("the final evaluation is not in the metrics: {}", e.what());
-  }
-}
-
-// The held-out accuracy of the final weights: here with the trainer's weights
-// by pointer, or by the evaluator beside a remote trainer.
-void evaluate_final(caf::scoped_actor& self, const trainer_side& side, bool remote, const model_parts& m,
-                    const eval_set& evals, const eval_options& eo, const fs::path& run_dir, double time_s,
-                    rl_job_result& result) {
-  if (remote) {
-    self->request(side.trainer, std::chrono::seconds(600), eval_atom::value)
-        .receive(
-            [&](int64_t version, double accuracy, double mean_tokens) {
-              result.accuracy_after = accuracy;
-              spdlog::info("held-out greedy accuracy after RL (version {}): {:.1f}%", version, 100 * accuracy);
-              eval_line(run_dir, "final", time_s, version, accuracy, mean_tokens);
-            },
-            [&](caf::error& e) { spdlog::warn("the final evaluation failed: {}", describe(e)); });
-    return;
-  }
-  self->request(side.trainer, std::chrono::seconds(60), weights_atom::value)
-      .receive(
-          [&](local_weights& w) {
-            kernels::policy_model final_model(m.config);
-            final_model.flat().copy_(*w.flat);
-            auto r = evaluate_policy(final_model, *m.tokenizer, evals, eo);
-            if (r.stopped) {
-              spdlog::info("the final evaluation was stopped by the signal");
-              return;
-            }
-            result.accuracy_after = r.accuracy;
-            spdlog::info("held-out greedy accuracy after RL (version {}): {:.1f}% ({})", w.version, 100 * r.accuracy,
-                         by_difficulty_text(r));
-            eval_line(run_dir, "final", time_s, w.version, r.accuracy, r.mean_tokens);
-          },
-          [&](caf::error& e) { spdlog::warn("cannot fetch the final weights: {}", describe(e)); });
-}
-
 rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, const std::atomic<bool>& stop) {
   rl_job_result result;
   auto& c = options.config;
