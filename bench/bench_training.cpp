@@ -5,7 +5,8 @@
 //     as the job's trainer on that many compute threads: tokens/s, model FLOPs
 //     counted by forward_flops (bench_common.hpp: layers, LM head on scored
 //     tokens, causal attention) and their fraction of the GEMM rate of as many
-//     single-threaded products running at once; ppo_minibatches 1 and 4;
+//     single-threaded products running at once; ppo_minibatches 1 and 4, and
+//     1 with ATen's element-wise layers instead of the fused ones (fused_layers.hpp);
 //   - SFT steps (forward + backward + AdamW) and efficiency =
 //     6 * N * tokens/s / ceiling, for both presets;
 //   - packed vs padded micro-batches on long-tailed sequence lengths (useful tokens/s);
@@ -30,6 +31,7 @@
 #include "areal/kernels/allocator.hpp"
 #include "areal/kernels/blas_probe.hpp"
 #include "areal/kernels/compute_threads.hpp"
+#include "areal/kernels/fused_layers.hpp"
 #include "areal/kernels/logprobs.hpp"
 #include "areal/kernels/trainer.hpp"
 
@@ -159,7 +161,14 @@ int main(int argc, char** argv) {
       policy_model model(config);
       model.init_random(5);
       double ceiling = areal::bench::concurrent_gemm_ceiling_gflops(config, threads);
-      for (int64_t minibatches : {1, 4}) {
+      // The job's step (fused element-wise layers), and for one minibatch the same step with ATen's layers.
+      struct variant {
+        int64_t minibatches;
+        bool fused;
+      };
+      double fused_rate = 0;
+      for (auto [minibatches, fused] : {variant{1, true}, variant{1, false}, variant{4, true}}) {
+        fused::set_enabled(fused);
         trainer_config tc;
         tc.data_parallel = threads;
         tc.ppo_minibatches = minibatches;
@@ -180,14 +189,22 @@ int main(int argc, char** argv) {
         double step_flops = 3.0 * pass + (1.0 - first) * pass;
         double gflops = step_flops * steps / seconds / 1e9;
         double efficiency = gflops / ceiling;
-        std::cout << "  " << name << ", ppo_minibatches " << minibatches << ": " << tokens / seconds
-                  << " trained tokens/s, " << gflops << " model GFLOP/s; ceiling " << ceiling << " GFLOP/s ("
-                  << threads << " x 1-thread products at once); efficiency " << efficiency << "\n";
-        out["ppo_step"][name][std::to_string(minibatches)] = {{"tokens_per_s", tokens / seconds},
-                                                              {"model_gflops", gflops},
-                                                              {"ceiling_gflops", ceiling},
-                                                              {"efficiency", efficiency}};
+        double rate = tokens / seconds;
+        std::string label = std::to_string(minibatches) + (fused ? "" : "_aten_layers");
+        std::cout << "  " << name << ", ppo_minibatches " << minibatches << (fused ? "" : ", ATen's element-wise layers")
+                  << ": " << rate << " trained tokens/s, " << gflops << " model GFLOP/s; ceiling " << ceiling
+                  << " GFLOP/s (" << threads << " x 1-thread products at once); efficiency " << efficiency;
+        if (fused && minibatches == 1)
+          fused_rate = rate;
+        if (!fused)
+          std::cout << "; fused layers " << fused_rate / rate << "x this";
+        std::cout << "\n";
+        out["ppo_step"][name][label] = {{"tokens_per_s", rate},
+                                        {"model_gflops", gflops},
+                                        {"ceiling_gflops", ceiling},
+                                        {"efficiency", efficiency}};
       }
+      fused::set_enabled(true);
     }
   }
   // Training throughput: sequences of 256 tokens (prompt 4), 2048 tokens per micro-batch.

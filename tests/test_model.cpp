@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "areal/kernels/device.hpp"
+#include "areal/kernels/fused_layers.hpp"
 #include "areal/kernels/model.hpp"
 #include "areal/kernels/tokenizer.hpp"
 #include "torch_doctest.hpp"
@@ -317,4 +318,51 @@ TEST_CASE("presets have the advertised sizes") {
   CHECK(small > 20'000'000);
   CHECK(small < 30'000'000);
   CHECK_THROWS_AS(preset("huge", 64), format_error);
+}
+
+namespace {
+
+// Logits, and the gradient of a weighted sum of them over every parameter, of
+// packed sequences of different lengths (lengths 1 and 2 included: masks of
+// every shape).
+std::pair<at::Tensor, at::Tensor> logits_and_gradient(policy_model& model, const std::vector<int64_t>& lengths) {
+  std::vector<int64_t> tokens, cu{0};
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    auto t = random_tokens(lengths[s], 40, 11 + s);
+    tokens.insert(tokens.end(), t.begin(), t.end());
+    cu.push_back(cu.back() + lengths[s]);
+  }
+  model.set_trainable(true);
+  model.flat_grad().zero_();
+  auto logits = model.logits(model.forward(at::tensor(tokens), cu));
+  auto weights = at::sin(at::arange(logits.numel(), logits.options()).view(logits.sizes()));
+  (logits * weights).sum().backward();
+  auto grad = model.flat_grad().clone();
+  model.set_trainable(false);
+  return {logits.detach().to(at::kDouble), grad.to(at::kDouble)};
+}
+
+double relative(const at::Tensor& a, const at::Tensor& b) { return (a - b).norm().item<double>() / b.norm().item<double>(); }
+
+}  // namespace
+
+TEST_CASE("the fused float32 layers give the float64 model's logits and gradients, as ATen's float32 layers do") {
+  for (auto [type, heads, kv] : {std::tuple{"qwen2", 4, 2}, std::tuple{"llama", 4, 1}}) {
+    INFO(type);
+    auto config = small_config(type, false, heads, kv);
+    policy_model fused_model(config), reference(config, at::TensorOptions().dtype(at::kDouble));
+    fused_model.init_random(3, 0.1);
+    reference.flat().copy_(fused_model.flat());
+    std::vector<int64_t> lengths = {23, 1, 9, 2, 30};
+    auto [want_logits, want_grad] = logits_and_gradient(reference, lengths);
+    kernels::fused::set_enabled(false);
+    auto [aten_logits, aten_grad] = logits_and_gradient(fused_model, lengths);
+    kernels::fused::set_enabled(true);
+    auto [logits, grad] = logits_and_gradient(fused_model, lengths);
+    double aten_error = relative(aten_grad, want_grad);
+    CHECK(relative(aten_logits, want_logits) <= 1e-5);
+    CHECK(relative(logits, want_logits) <= 1e-5);
+    CHECK(aten_error <= 1e-5);
+    CHECK(relative(grad, want_grad) <= std::max(1e-5, 2 * aten_error));
+  }
 }

@@ -1,4 +1,5 @@
 #include "cpu_kernels.hpp"
+#include "cpu_isa.hpp"
 
 #include <ATen/Parallel.h>
 
@@ -13,51 +14,6 @@
 namespace areal::kernels::cpu {
 
 namespace {
-
-// The loop bodies are always-inline functions without a target, instantiated
-// below in one function per instruction set: the compiler vectorizes each copy
-// for its set, and `pick` chooses the copy once, by what this CPU supports.
-#define AREAL_INLINE inline __attribute__((always_inline))
-#define AREAL_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")))
-#define AREAL_AVX2 __attribute__((target("avx2,fma")))
-
-enum class isa { baseline, avx2, avx512 };
-
-isa detect_isa() {
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512dq"))
-    return isa::avx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-    return isa::avx2;
-  return isa::baseline;
-}
-
-const isa cpu_isa = detect_isa();
-
-// exp(x) for x <= 0 (larger x are clamped at 88): e^x = 2^k * e^r with
-// k = round(x / ln 2), |r| <= ln(2) / 2, e^r by its Taylor polynomial of
-// degree 7; relative error below 1e-7 over [-87, 0]. Branch-free, so that
-// loops over it vectorize (libm's expf does not, without -ffast-math).
-AREAL_INLINE float exp_nonpositive(float x) {
-  x = std::max(x, -87.0f);
-  x = std::min(x, 88.0f);
-  // round-half-up of x / ln 2 through truncation of a positive number
-  float k = static_cast<float>(static_cast<int32_t>(x * 1.44269504088896341f + 128.5f) - 128);
-  float r = x - k * 0.693359375f + k * 2.12194440e-4f;  // ln 2 in two parts: exact product with k
-  float p = 1.0f / 5040;
-  p = p * r + 1.0f / 720;
-  p = p * r + 1.0f / 120;
-  p = p * r + 1.0f / 24;
-  p = p * r + 1.0f / 6;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  int32_t bits = (static_cast<int32_t>(k) + 127) << 23;
-  float two_k;
-  std::memcpy(&two_k, &bits, sizeof two_k);
-  return p * two_k;
-}
 
 AREAL_INLINE float dot(const float* a, const float* b, int64_t n) {
   float s = 0;

@@ -1,6 +1,7 @@
 #include "areal/kernels/model.hpp"
 #include "areal/kernels/precision.hpp"
 #include "cpu_kernels.hpp"
+#include "areal/kernels/fused_layers.hpp"
 #include "areal/runtime/files.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -47,20 +48,36 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return out + "]";
 }
 
+// The causal mask of `count` new query tokens against `past + count` keys as an
+// additive bias: 0 where query t (at position past + t) may see the key, -inf
+// where the key lies in its future. One row per (query, head of the group):
+// row = t * group + g.
+at::Tensor causal_bias(int64_t count, int64_t past, int64_t group, const at::TensorOptions& options) {
+  auto long_options = options.dtype(at::kLong);
+  auto query_pos = at::arange(count, long_options).add_(past);
+  auto key_pos = at::arange(past + count, long_options);
+  auto future = key_pos.unsqueeze(0).gt(query_pos.unsqueeze(1));  // [count, keys]
+  auto bias = at::zeros(future.sizes(), options).masked_fill_(future, -std::numeric_limits<float>::infinity());
+  return bias.repeat_interleave(group, 0);  // [count*group, keys]
+}
+
 // Scaled dot-product attention of `count` new query tokens against `past + count`
-// keys, causal: query t sees keys 0 .. past + t.
+// keys, causal: query t sees keys 0 .. past + t. The scale and the mask go into
+// the score product itself (baddbmm: bias + scale * q k^T, one BLAS call), so no
+// pass over the scores precedes the softmax; `bias` is causal_bias(count, past,
+// group), which a caller attending many times at one shape computes once.
 //   q [count, kv_heads, group, head_dim]; k, v [kv_heads, past + count, head_dim]
 //   returns [count, kv_heads * group * head_dim]
-at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t past, double scale) {
+at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t past, double scale,
+                  const at::Tensor& bias = {}) {
   auto count = q.size(0), kv_heads = q.size(1), group = q.size(2), head_dim = q.size(3);
-  auto keys = k.size(1);
   auto qh = q.permute({1, 0, 2, 3}).reshape({kv_heads, count * group, head_dim});  // row = t * group + g
-  auto scores = at::matmul(qh, k.transpose(1, 2)).mul_(scale);                     // [kv, count*group, keys]
+  at::Tensor scores;
   if (count > 1) {
-    auto query_pos = at::arange(count, at::TensorOptions().dtype(at::kLong).device(q.device())).add_(past);
-    auto key_pos = at::arange(keys, at::TensorOptions().dtype(at::kLong).device(q.device()));
-    auto future = key_pos.unsqueeze(0).gt(query_pos.unsqueeze(1)).repeat_interleave(group, 0);  // [count*group, keys]
-    scores.masked_fill_(future.unsqueeze(0), -std::numeric_limits<float>::infinity());
+    auto mask = bias.defined() ? bias : causal_bias(count, past, group, q.options());
+    scores = at::baddbmm(mask, qh, k.transpose(1, 2), 1.0, scale);  // [kv, count*group, keys]
+  } else {
+    scores = at::matmul(qh, k.transpose(1, 2)).mul_(scale);
   }
   auto probs = at::softmax(scores, -1, at::kFloat).to(v.scalar_type());
   auto out = at::matmul(probs, v);  // [kv, count*group, head_dim]
@@ -259,6 +276,8 @@ policy_model policy_model::load(const std::string& directory, at::TensorOptions 
 // -- forward --------------------------------------------------------------------
 
 at::Tensor policy_model::rms_norm(const at::Tensor& x, const at::Tensor& weight) const {
+  if (fused::applies(x) && fused::applies(weight))
+    return fused::rms_norm(x, weight, config_.rms_norm_eps);
   auto xf = x.to(at::kFloat);
   auto normed = xf * at::rsqrt(xf.pow(2).mean(-1, true).add_(config_.rms_norm_eps));
   return normed.to(x.scalar_type()) * weight;
@@ -282,16 +301,28 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> policy_model::project_qkv(const l
   auto total = h.size(0), d = config_.head_dim();
   auto q_width = config_.num_attention_heads * d, kv_width = config_.num_key_value_heads * d;
   auto qkv = at::linear(h, layer.qkv_w, layer.qkv_b);  // [T, q + 2 kv]
-  auto q = rotate(qkv.narrow(1, 0, q_width).reshape({total, config_.num_attention_heads, d}), angles);
-  auto k = rotate(qkv.narrow(1, q_width, kv_width).reshape({total, config_.num_key_value_heads, d}), angles);
-  auto v = qkv.narrow(1, q_width + kv_width, kv_width).reshape({total, config_.num_key_value_heads, d});
+  if (fused::applies(qkv) && fused::applies(angles.cos)) {
+    // q and k rotated, v copied, in one pass each way.
+    auto parts = fused::rotary(qkv, angles.cos.view({total, d}), angles.sin.view({total, d}), q_width + kv_width, d)
+                     .split_with_sizes({q_width, kv_width, kv_width}, 1);
+    return {parts[0].reshape({total, config_.num_attention_heads, d}),
+            parts[1].reshape({total, config_.num_key_value_heads, d}),
+            parts[2].reshape({total, config_.num_key_value_heads, d})};
+  }
+  // split, not narrow: a split's backward is one concatenation, a narrow's a zeroed full-size gradient each.
+  auto parts = qkv.split_with_sizes({q_width, kv_width, kv_width}, 1);
+  auto q = rotate(parts[0].reshape({total, config_.num_attention_heads, d}), angles);
+  auto k = rotate(parts[1].reshape({total, config_.num_key_value_heads, d}), angles);
+  auto v = parts[2].reshape({total, config_.num_key_value_heads, d});
   return {q, k, v};
 }
 
 at::Tensor policy_model::mlp(const layer_views& layer, const at::Tensor& m) const {
   auto gate_up = at::linear(m, layer.gate_up_w);  // [T, 2 I]: gate then up
-  auto inter = config_.intermediate_size;
-  return at::linear(at::silu(gate_up.narrow(1, 0, inter)) * gate_up.narrow(1, inter, inter), layer.down_w);
+  if (fused::applies(gate_up))
+    return at::linear(fused::swiglu(gate_up), layer.down_w);
+  auto halves = gate_up.chunk(2, 1);
+  return at::linear(at::silu(halves[0]) * halves[1], layer.down_w);
 }
 
 at::Tensor policy_model::forward(const at::Tensor& tokens, const std::vector<int64_t>& cu_seqlens) const {
@@ -312,17 +343,25 @@ at::Tensor policy_model::forward(const at::Tensor& tokens, const std::vector<int
   auto positions = at::tensor(pos, at::TensorOptions().dtype(at::kLong)).to(flat_.device());
   auto angles = rotary_for(positions);
   auto x = embed_.index_select(0, tokens.to(flat_.device()));
+  std::vector<int64_t> lengths;
+  for (size_t s = 0; s + 1 < cu_seqlens.size(); ++s)
+    lengths.push_back(cu_seqlens[s + 1] - cu_seqlens[s]);
+  std::map<int64_t, at::Tensor> bias_of_length;  // every layer masks the same lengths
+  for (auto count : lengths)
+    if (count > 1 && !bias_of_length.count(count))
+      bias_of_length[count] = causal_bias(count, 0, group, x.options().requires_grad(false));
   for (auto& layer : layers_) {
     auto [q, k, v] = project_qkv(layer, rms_norm(x, layer.input_norm), angles);
+    // Per sequence by split, not narrow (see project_qkv).
+    auto qs = q.split_with_sizes(lengths, 0), ks = k.split_with_sizes(lengths, 0), vs = v.split_with_sizes(lengths, 0);
     std::vector<at::Tensor> outs;
-    for (size_t s = 0; s + 1 < cu_seqlens.size(); ++s) {
-      auto begin = cu_seqlens[s], count = cu_seqlens[s + 1] - begin;
+    for (size_t s = 0; s < lengths.size(); ++s) {
+      auto count = lengths[s];
       if (count == 0)
         continue;
-      auto qs = q.narrow(0, begin, count).view({count, kv_heads, group, d});
-      auto ks = k.narrow(0, begin, count).permute({1, 0, 2});
-      auto vs = v.narrow(0, begin, count).permute({1, 0, 2});
-      outs.push_back(attend(qs, ks, vs, 0, scale));
+      auto bias = count > 1 ? bias_of_length[count] : at::Tensor{};
+      outs.push_back(attend(qs[s].view({count, kv_heads, group, d}), ks[s].permute({1, 0, 2}), vs[s].permute({1, 0, 2}),
+                            0, scale, bias));
     }
     x = x + at::linear(at::cat(outs, 0), layer.o_w);
     x = x + mlp(layer, rms_norm(x, layer.post_norm));

@@ -1,0 +1,30 @@
+// The element-wise layers of the policy model as single autograd nodes over
+// the loops of cpu_train_kernels.hpp: one pass forward and one backward where
+// ATen's composition runs several of each (and allocates a temporary for
+// every one). policy_model uses them where they apply and ATen elsewhere.
+#pragma once
+
+#include <ATen/ATen.h>
+
+namespace areal::kernels::fused {
+
+/// Whether the fused loops serve this tensor: float32 on the CPU, while enabled.
+bool applies(const at::Tensor& t);
+
+/// Turns the fused layers on (the default) or off process-wide: the tests and
+/// benchmarks compare them with ATen's composition.
+void set_enabled(bool on);
+
+/// RMSNorm over the last dimension: x * rsqrt(mean(x^2) + eps) * weight.
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+/// silu(gate) * up, where gate_up [T, 2 I] holds gate then up: [T, I].
+at::Tensor swiglu(const at::Tensor& gate_up);
+
+/// Rotary embedding of the first `rotated` columns of x [T, width] (heads of
+/// head_dim columns; the rest, e.g. the values of a fused qkv row, copied),
+/// by angles cos, sin [T, head_dim].
+at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, int64_t rotated,
+                  int64_t head_dim);
+
+}  // namespace areal::kernels::fused

@@ -1,0 +1,108 @@
+#include "areal/kernels/fused_layers.hpp"
+#include "cpu_train_kernels.hpp"
+
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <atomic>
+
+namespace areal::kernels::fused {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// The two-dimensional contiguous float32 view the loops read: [rows, last dimension].
+at::Tensor rows_of(const at::Tensor& t) { return t.contiguous().view({-1, t.size(-1)}); }
+
+struct rms_norm_function : torch::autograd::Function<rms_norm_function> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight, double eps) {
+    auto x2 = rows_of(x);
+    auto w = weight.contiguous();
+    auto rows = x2.size(0), n = x2.size(1);
+    auto y = at::empty_like(x2);
+    auto rstd = at::empty({rows}, x2.options());
+    cpu::rms_norm_forward(x2.data_ptr<float>(), w.data_ptr<float>(), static_cast<float>(eps), rows, n,
+                          y.data_ptr<float>(), rstd.data_ptr<float>());
+    ctx->save_for_backward({x2, w, rstd});
+    return y.view(x.sizes());
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    auto &x2 = saved[0], &w = saved[1], &rstd = saved[2];
+    auto dy = rows_of(grads[0]);
+    auto dx = at::empty_like(x2);
+    auto dw = at::empty_like(w);
+    cpu::rms_norm_backward(dy.data_ptr<float>(), x2.data_ptr<float>(), w.data_ptr<float>(), rstd.data_ptr<float>(),
+                           x2.size(0), x2.size(1), dx.data_ptr<float>(), dw.data_ptr<float>());
+    return {dx.view(grads[0].sizes()), dw, at::Tensor()};
+  }
+};
+
+struct swiglu_function : torch::autograd::Function<swiglu_function> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate_up) {
+    auto gu = gate_up.contiguous();
+    auto rows = gu.size(0), width = gu.size(1) / 2;
+    auto out = at::empty({rows, width}, gu.options());
+    cpu::swiglu_forward(gu.data_ptr<float>(), rows, width, out.data_ptr<float>());
+    ctx->save_for_backward({gu});
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto gu = ctx->get_saved_variables()[0];
+    auto d = grads[0].contiguous();
+    auto d_gu = at::empty_like(gu);
+    cpu::swiglu_backward(d.data_ptr<float>(), gu.data_ptr<float>(), gu.size(0), gu.size(1) / 2, d_gu.data_ptr<float>());
+    return {d_gu};
+  }
+};
+
+struct rotary_function : torch::autograd::Function<rotary_function> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                            int64_t rotated, int64_t head_dim) {
+    auto x2 = x.contiguous();
+    auto c = cos.contiguous(), s = sin.contiguous();
+    auto y = at::empty_like(x2);
+    cpu::rotary(x2.data_ptr<float>(), c.data_ptr<float>(), s.data_ptr<float>(), x2.size(0), x2.size(1), rotated,
+                head_dim, false, y.data_ptr<float>());
+    ctx->save_for_backward({c, s});
+    ctx->saved_data["rotated"] = rotated;
+    ctx->saved_data["head_dim"] = head_dim;
+    return y;
+  }
+
+  // The rotation is orthogonal per pair of columns: its gradient is the inverse rotation.
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    auto dy = grads[0].contiguous();
+    auto dx = at::empty_like(dy);
+    cpu::rotary(dy.data_ptr<float>(), saved[0].data_ptr<float>(), saved[1].data_ptr<float>(), dy.size(0), dy.size(1),
+                ctx->saved_data["rotated"].toInt(), ctx->saved_data["head_dim"].toInt(), true, dx.data_ptr<float>());
+    return {dx, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+std::atomic<bool> enabled{true};
+
+}  // namespace
+
+bool applies(const at::Tensor& t) {
+  return enabled.load(std::memory_order_relaxed) && t.scalar_type() == at::kFloat && t.device().is_cpu();
+}
+
+void set_enabled(bool on) { enabled = on; }
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  return rms_norm_function::apply(x, weight, eps);
+}
+
+at::Tensor swiglu(const at::Tensor& gate_up) { return swiglu_function::apply(gate_up); }
+
+at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, int64_t rotated,
+                  int64_t head_dim) {
+  return rotary_function::apply(x, cos, sin, rotated, head_dim);
+}
+
+}  // namespace areal::kernels::fused
