@@ -141,6 +141,7 @@ std::vector<int64_t> top_indices(const std::vector<float>& e, int64_t vocab, int
 void decode_attention(const decode_attention_args& a) {
   auto tasks = a.batch * a.kv_heads;
   at::parallel_for(0, tasks, 1, [&](int64_t begin, int64_t end) {
+    denormals_flushed flushed;
     thread_local std::vector<float> scores;
     for (int64_t t = begin; t < end; ++t) {
       auto b = t / a.kv_heads, h = t % a.kv_heads;
@@ -163,6 +164,7 @@ void decode_attention(const decode_attention_args& a) {
 
 row_sample sample_row(const float* logits, int64_t vocab, float temperature, bool greedy, int64_t top_k, float top_p,
                       double uniform) {
+  denormals_flushed flushed;
   float inv_t = temperature > 0 ? 1.0f / temperature : 1.0f;
   int64_t best = 0;
   float top = logits[0];

@@ -109,12 +109,13 @@ AREAL_INLINE void rotary_rows_body(const float* x, const float* cos, const float
   }
 }
 
-// One copy of each body per instruction set.
+// One copy of each body per instruction set; a task runs with denormals flushed.
 #define AREAL_COPIES(name, params, args)                        \
   void name##_baseline params { name##_body args; }             \
   AREAL_AVX2 void name##_avx2 params { name##_body args; }      \
   AREAL_AVX512 void name##_avx512 params { name##_body args; }  \
   void name params {                                            \
+    denormals_flushed flushed;                                  \
     switch (cpu_isa) {                                          \
       case isa::avx512:                                         \
         return name##_avx512 args;                              \
