@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <vector>
 
 namespace areal::reward {
 
@@ -45,6 +46,50 @@ const char* to_string(sandbox_outcome x) {
 }
 
 namespace {
+
+// The live processes (not zombies) whose real user is one of `uids`, from /proc.
+std::vector<pid_t> processes_of(const std::vector<uint32_t>& uids) {
+  std::vector<pid_t> found;
+  std::error_code ec;
+  for (auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    auto name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos)
+      continue;
+    std::ifstream status(entry.path() / "status");
+    std::string line;
+    bool theirs = false, zombie = false;
+    while (std::getline(status, line)) {
+      if (line.rfind("State:", 0) == 0)
+        zombie = line.find('Z') != std::string::npos;
+      if (line.rfind("Uid:", 0) == 0) {
+        auto uid = std::strtoul(line.c_str() + 4, nullptr, 10);
+        theirs = std::find(uids.begin(), uids.end(), uid) != uids.end();
+        break;  // State comes before Uid
+      }
+    }
+    if (theirs && !zombie)
+      found.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return found;
+}
+
+// Waits (polling every 2 ms) until no process of `uids` is left; at the
+// deadline kills those still there and returns how many there were (0: none).
+size_t await_no_processes(const std::vector<uint32_t>& uids, std::chrono::steady_clock::duration limit) {
+  auto until = std::chrono::steady_clock::now() + limit;
+  while (true) {
+    auto left = processes_of(uids);
+    if (left.empty())
+      return 0;
+    if (std::chrono::steady_clock::now() >= until) {
+      for (auto pid : left)
+        kill(pid, SIGKILL);
+      return left.size();
+    }
+    usleep(2000);
+  }
+}
+
 
 void write_file(const std::filesystem::path& path, const std::string& content) {
   std::ofstream out(path, std::ios::binary);
@@ -233,6 +278,13 @@ sandbox_result run_sandboxed(const sandbox_request& request, const sandbox_polic
   int supervisor_status = 0;
   waitpid(supervisor, &supervisor_status, 0);
   kill_all();  // anything that escaped the namespace teardown (there should be none)
+  if (lease && (killed_for_time || killed_for_output)) {
+    // Killing the supervisor does not wait for its pid namespace to empty: the
+    // namespace's init tears it down after. The lease (and with it the user
+    // ids) is released only once the run's users have no process left.
+    if (auto left = await_no_processes({lease->program_uid(), lease->companion_uid()}, std::chrono::seconds(5)))
+      result.notes.push_back(std::to_string(left) + " process(es) of the run's users still there after 5 s; killed");
+  }
   result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   remove_tree(plan.work_dir);
 
