@@ -342,7 +342,9 @@ std::pair<at::Tensor, at::Tensor> logits_and_gradient(policy_model& model, const
   return {logits.detach().to(at::kDouble), grad.to(at::kDouble)};
 }
 
-double relative(const at::Tensor& a, const at::Tensor& b) { return (a - b).norm().item<double>() / b.norm().item<double>(); }
+double relative(const at::Tensor& a, const at::Tensor& b) {
+  return (a - b).norm().item<double>() / b.norm().item<double>();
+}
 
 }  // namespace
 

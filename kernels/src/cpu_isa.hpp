@@ -71,7 +71,8 @@ AREAL_INLINE float exp_nonpositive(float x) {
 class denormals_flushed {
  public:
 #if defined(__x86_64__) || defined(__i386__)
-  denormals_flushed() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | 0x8040); }  // FTZ | DAZ
+  // 0x8040: flush to zero (FTZ) | denormals are zero (DAZ)
+  denormals_flushed() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | 0x8040); }
   ~denormals_flushed() { _mm_setcsr(saved_); }
 
  private:

@@ -12,14 +12,18 @@ namespace {
 
 // Rows per task when rows are split over intra-op threads: enough work to
 // outweigh a task's start.
-int64_t grain(int64_t n) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n)); }
+int64_t grain(int64_t n) {
+  return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n));
+}
 
 // sigmoid(g) = 1 / (1 + e^-g); exp_nonpositive clamps its argument to
 // [-87, 88], so this holds for every g (and has no branch: it vectorizes).
-AREAL_INLINE float sigmoid(float g) { return 1.0f / (1.0f + exp_nonpositive(-g)); }
+AREAL_INLINE float sigmoid(float g) {
+  return 1.0f / (1.0f + exp_nonpositive(-g));
+}
 
-AREAL_INLINE void rms_forward_rows_body(const float* x, const float* w, float eps, int64_t begin, int64_t end, int64_t n,
-                                   float* y, float* rstd) {
+AREAL_INLINE void rms_forward_rows_body(const float* x, const float* w, float eps, int64_t begin, int64_t end,
+                                        int64_t n, float* y, float* rstd) {
   for (int64_t r = begin; r < end; ++r) {
     const float* xr = x + r * n;
     float* yr = y + r * n;
@@ -36,8 +40,8 @@ AREAL_INLINE void rms_forward_rows_body(const float* x, const float* w, float ep
 }
 
 // dx = s * (dy * w) - x * s^3 * sum(dy * w * x) / n; dw += dy * x * s.
-AREAL_INLINE void rms_backward_rows_body(const float* dy, const float* x, const float* w, const float* rstd, int64_t begin,
-                                    int64_t end, int64_t n, float* dx, float* dw) {
+AREAL_INLINE void rms_backward_rows_body(const float* dy, const float* x, const float* w, const float* rstd,
+                                         int64_t begin, int64_t end, int64_t n, float* dx, float* dw) {
   for (int64_t r = begin; r < end; ++r) {
     const float *dyr = dy + r * n, *xr = x + r * n;
     float* dxr = dx + r * n;
@@ -54,7 +58,8 @@ AREAL_INLINE void rms_backward_rows_body(const float* dy, const float* x, const 
   }
 }
 
-AREAL_INLINE void swiglu_forward_rows_body(const float* gate_up, int64_t begin, int64_t end, int64_t width, float* out) {
+AREAL_INLINE void swiglu_forward_rows_body(const float* gate_up, int64_t begin, int64_t end, int64_t width,
+                                           float* out) {
   for (int64_t r = begin; r < end; ++r) {
     const float *g = gate_up + r * 2 * width, *u = g + width;
     float* o = out + r * width;
@@ -66,7 +71,7 @@ AREAL_INLINE void swiglu_forward_rows_body(const float* gate_up, int64_t begin, 
 
 // d/dg silu(g) = s * (1 + g * (1 - s)), s = sigmoid(g).
 AREAL_INLINE void swiglu_backward_rows_body(const float* d_out, const float* gate_up, int64_t begin, int64_t end,
-                                       int64_t width, float* d_gate_up) {
+                                            int64_t width, float* d_gate_up) {
   for (int64_t r = begin; r < end; ++r) {
     const float *g = gate_up + r * 2 * width, *u = g + width, *d = d_out + r * width;
     float *dg = d_gate_up + r * 2 * width, *du = dg + width;
@@ -82,7 +87,7 @@ AREAL_INLINE void swiglu_backward_rows_body(const float* d_out, const float* gat
 // Forward: y[i] = x[i] cos[i] - x[i + h] sin[i] (i < h), x[i] cos[i] + x[i - h] sin[i] (i >= h).
 // Inverse (the transpose, for the backward pass): the partner's sine is its own index's.
 AREAL_INLINE void rotary_rows_body(const float* x, const float* cos, const float* sin, int64_t begin, int64_t end,
-                              int64_t width, int64_t rotated, int64_t head_dim, bool inverse, float* y) {
+                                   int64_t width, int64_t rotated, int64_t head_dim, bool inverse, float* y) {
   auto half = head_dim / 2;
   for (int64_t r = begin; r < end; ++r) {
     const float *xr = x + r * width, *c = cos + r * head_dim, *sn = sin + r * head_dim;
@@ -110,28 +115,34 @@ AREAL_INLINE void rotary_rows_body(const float* x, const float* cos, const float
 }
 
 // One copy of each body per instruction set; a task runs with denormals flushed.
-#define AREAL_COPIES(name, params, args)                        \
-  void name##_baseline params { name##_body args; }             \
-  AREAL_AVX2 void name##_avx2 params { name##_body args; }      \
-  AREAL_AVX512 void name##_avx512 params { name##_body args; }  \
-  void name params {                                            \
-    denormals_flushed flushed;                                  \
-    switch (cpu_isa) {                                          \
-      case isa::avx512:                                         \
-        return name##_avx512 args;                              \
-      case isa::avx2:                                           \
-        return name##_avx2 args;                                \
-      default:                                                  \
-        return name##_baseline args;                            \
-    }                                                           \
+#define AREAL_COPIES(name, params, args)   \
+  void name##_baseline params {            \
+    name##_body args;                      \
+  }                                        \
+  AREAL_AVX2 void name##_avx2 params {     \
+    name##_body args;                      \
+  }                                        \
+  AREAL_AVX512 void name##_avx512 params { \
+    name##_body args;                      \
+  }                                        \
+  void name params {                       \
+    denormals_flushed flushed;             \
+    switch (cpu_isa) {                     \
+      case isa::avx512:                    \
+        return name##_avx512 args;         \
+      case isa::avx2:                      \
+        return name##_avx2 args;           \
+      default:                             \
+        return name##_baseline args;       \
+    }                                      \
   }
 
 AREAL_COPIES(rms_forward_rows,
              (const float* x, const float* w, float eps, int64_t begin, int64_t end, int64_t n, float* y, float* rstd),
              (x, w, eps, begin, end, n, y, rstd))
 AREAL_COPIES(rms_backward_rows,
-             (const float* dy, const float* x, const float* w, const float* rstd, int64_t begin, int64_t end,
-              int64_t n, float* dx, float* dw),
+             (const float* dy, const float* x, const float* w, const float* rstd, int64_t begin, int64_t end, int64_t n,
+              float* dx, float* dw),
              (dy, x, w, rstd, begin, end, n, dx, dw))
 AREAL_COPIES(swiglu_forward_rows, (const float* gate_up, int64_t begin, int64_t end, int64_t width, float* out),
              (gate_up, begin, end, width, out))
@@ -147,7 +158,8 @@ AREAL_COPIES(rotary_rows,
 }  // namespace
 
 void rms_norm_forward(const float* x, const float* w, float eps, int64_t rows, int64_t n, float* y, float* rstd) {
-  at::parallel_for(0, rows, grain(n), [&](int64_t begin, int64_t end) { rms_forward_rows(x, w, eps, begin, end, n, y, rstd); });
+  at::parallel_for(0, rows, grain(n),
+                   [&](int64_t begin, int64_t end) { rms_forward_rows(x, w, eps, begin, end, n, y, rstd); });
 }
 
 void rms_norm_backward(const float* dy, const float* x, const float* w, const float* rstd, int64_t rows, int64_t n,
@@ -167,12 +179,14 @@ void rms_norm_backward(const float* dy, const float* x, const float* w, const fl
 }
 
 void swiglu_forward(const float* gate_up, int64_t rows, int64_t width, float* out) {
-  at::parallel_for(0, rows, grain(width), [&](int64_t begin, int64_t end) { swiglu_forward_rows(gate_up, begin, end, width, out); });
+  at::parallel_for(0, rows, grain(width),
+                   [&](int64_t begin, int64_t end) { swiglu_forward_rows(gate_up, begin, end, width, out); });
 }
 
 void swiglu_backward(const float* d_out, const float* gate_up, int64_t rows, int64_t width, float* d_gate_up) {
-  at::parallel_for(0, rows, grain(width),
-                   [&](int64_t begin, int64_t end) { swiglu_backward_rows(d_out, gate_up, begin, end, width, d_gate_up); });
+  at::parallel_for(0, rows, grain(width), [&](int64_t begin, int64_t end) {
+    swiglu_backward_rows(d_out, gate_up, begin, end, width, d_gate_up);
+  });
 }
 
 void rotary(const float* x, const float* cos, const float* sin, int64_t rows, int64_t width, int64_t rotated,

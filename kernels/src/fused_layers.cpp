@@ -13,7 +13,9 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 // The two-dimensional contiguous float32 view the loops read: [rows, last dimension].
-at::Tensor rows_of(const at::Tensor& t) { return t.contiguous().view({-1, t.size(-1)}); }
+at::Tensor rows_of(const at::Tensor& t) {
+  return t.contiguous().view({-1, t.size(-1)});
+}
 
 struct rms_norm_function : torch::autograd::Function<rms_norm_function> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight, double eps) {
@@ -92,13 +94,17 @@ bool applies(const at::Tensor& t) {
   return enabled.load(std::memory_order_relaxed) && t.scalar_type() == at::kFloat && t.device().is_cpu();
 }
 
-void set_enabled(bool on) { enabled = on; }
+void set_enabled(bool on) {
+  enabled = on;
+}
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   return rms_norm_function::apply(x, weight, eps);
 }
 
-at::Tensor swiglu(const at::Tensor& gate_up) { return swiglu_function::apply(gate_up); }
+at::Tensor swiglu(const at::Tensor& gate_up) {
+  return swiglu_function::apply(gate_up);
+}
 
 at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, int64_t rotated,
                   int64_t head_dim) {

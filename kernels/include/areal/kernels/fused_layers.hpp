@@ -24,7 +24,6 @@ at::Tensor swiglu(const at::Tensor& gate_up);
 /// Rotary embedding of the first `rotated` columns of x [T, width] (heads of
 /// head_dim columns; the rest, e.g. the values of a fused qkv row, copied),
 /// by angles cos, sin [T, head_dim].
-at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, int64_t rotated,
-                  int64_t head_dim);
+at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, int64_t rotated, int64_t head_dim);
 
 }  // namespace areal::kernels::fused
