@@ -339,9 +339,8 @@ TEST_CASE("the clipping keys take effect: behaviour_mode and dual_clip") {
   // the shared core budget gave it at that moment (a CI run saw 0.2857 against 0.2727).
   CHECK(first(clamped, "masked_fraction") > 0);
   CHECK(std::abs(first(clamped, "masked_fraction") - first(masked, "masked_fraction")) < 0.05);
-  // ...is left out of the loss (mask: another gradient; its norm moved by 3-6% in runs so far, with
-  // the trainer's rounding; the clamp below stays within 1e-4 of the plain one)...
-  CHECK(std::abs(first(masked, "grad_norm") - first(plain, "grad_norm")) > 0.01 * first(plain, "grad_norm"));
+  // ...is left out of the loss (mask: another gradient)...
+  CHECK(std::abs(first(masked, "grad_norm") - first(plain, "grad_norm")) > 0.05 * first(plain, "grad_norm"));
   // ...or weighted by the cap, i.e. by 1 - rounding (clamp: the same gradient).
   CHECK(first(clamped, "grad_norm") == doctest::Approx(first(plain, "grad_norm")).epsilon(1e-4));
 

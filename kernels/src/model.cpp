@@ -61,30 +61,6 @@ at::Tensor causal_bias(int64_t count, int64_t past, int64_t group, const at::Ten
   return bias.repeat_interleave(group, 0);  // [count*group, keys]
 }
 
-// Sequences shorter than this share one attention product with their
-// neighbours in a packed batch (forward): below it, a product's fixed cost
-// (some 15 ATen calls forward and backward) outweighs the masked-out pairs it
-// computes. Measured on the demo's batches of 64 sequences of 8-22 tokens.
-constexpr int64_t attention_block_tokens = 128;
-
-// The causal mask of sequences packed back to back (their lengths), as an
-// additive bias: query t may see key j when both lie in the same sequence and
-// j <= t. Undefined for a single token (nothing to mask).
-at::Tensor block_causal_bias(const std::vector<int64_t>& lengths, int64_t group, const at::TensorOptions& options) {
-  if (lengths.size() == 1)
-    return lengths[0] > 1 ? causal_bias(lengths[0], 0, group, options) : at::Tensor{};
-  std::vector<int64_t> sequence_of;
-  for (size_t s = 0; s < lengths.size(); ++s)
-    sequence_of.insert(sequence_of.end(), static_cast<size_t>(lengths[s]), static_cast<int64_t>(s));
-  auto total = static_cast<int64_t>(sequence_of.size());
-  auto long_options = options.dtype(at::kLong);
-  auto sequence = at::tensor(sequence_of, long_options);
-  auto position = at::arange(total, long_options);
-  auto hidden = sequence.unsqueeze(1).ne(sequence.unsqueeze(0)).logical_or_(position.unsqueeze(0).gt(position.unsqueeze(1)));
-  auto bias = at::zeros({total, total}, options).masked_fill_(hidden, -std::numeric_limits<float>::infinity());
-  return bias.repeat_interleave(group, 0);  // [total*group, total]
-}
-
 // Scaled dot-product attention of `count` new query tokens against `past + count`
 // keys, causal: query t sees keys 0 .. past + t. The scale and the mask go into
 // the score product itself (baddbmm: bias + scale * q k^T, one BLAS call), so no
@@ -367,34 +343,26 @@ at::Tensor policy_model::forward(const at::Tensor& tokens, const std::vector<int
   auto positions = at::tensor(pos, at::TensorOptions().dtype(at::kLong)).to(flat_.device());
   auto angles = rotary_for(positions);
   auto x = embed_.index_select(0, tokens.to(flat_.device()));
-  // Attention runs per block of whole sequences: consecutive short ones, up to
-  // attention_block_tokens together, attend as one block-diagonal causal
-  // product; a longer one alone. Each block's mask is made once for every layer.
-  std::vector<int64_t> spans;                 // tokens of each block
-  std::vector<std::vector<int64_t>> members;  // the lengths of its sequences
-  for (size_t s = 0; s + 1 < cu_seqlens.size(); ++s) {
-    auto length = cu_seqlens[s + 1] - cu_seqlens[s];
-    if (length == 0)
-      continue;
-    if (!spans.empty() && spans.back() + length <= attention_block_tokens) {
-      spans.back() += length;
-      members.back().push_back(length);
-    } else {
-      spans.push_back(length);
-      members.push_back({length});
-    }
-  }
-  std::vector<at::Tensor> bias_of_block;
-  for (auto& m : members)
-    bias_of_block.push_back(block_causal_bias(m, group, x.options().requires_grad(false)));
+  std::vector<int64_t> lengths;
+  for (size_t s = 0; s + 1 < cu_seqlens.size(); ++s)
+    lengths.push_back(cu_seqlens[s + 1] - cu_seqlens[s]);
+  std::map<int64_t, at::Tensor> bias_of_length;  // every layer masks the same lengths
+  for (auto count : lengths)
+    if (count > 1 && !bias_of_length.count(count))
+      bias_of_length[count] = causal_bias(count, 0, group, x.options().requires_grad(false));
   for (auto& layer : layers_) {
     auto [q, k, v] = project_qkv(layer, rms_norm(x, layer.input_norm), angles);
-    // Per block by split, not narrow (see project_qkv).
-    auto qs = q.split_with_sizes(spans, 0), ks = k.split_with_sizes(spans, 0), vs = v.split_with_sizes(spans, 0);
+    // Per sequence by split, not narrow (see project_qkv).
+    auto qs = q.split_with_sizes(lengths, 0), ks = k.split_with_sizes(lengths, 0), vs = v.split_with_sizes(lengths, 0);
     std::vector<at::Tensor> outs;
-    for (size_t b = 0; b < spans.size(); ++b)
-      outs.push_back(attend(qs[b].view({spans[b], kv_heads, group, d}), ks[b].permute({1, 0, 2}),
-                            vs[b].permute({1, 0, 2}), 0, scale, bias_of_block[b]));
+    for (size_t s = 0; s < lengths.size(); ++s) {
+      auto count = lengths[s];
+      if (count == 0)
+        continue;
+      auto bias = count > 1 ? bias_of_length[count] : at::Tensor{};
+      outs.push_back(attend(qs[s].view({count, kv_heads, group, d}), ks[s].permute({1, 0, 2}), vs[s].permute({1, 0, 2}),
+                            0, scale, bias));
+    }
     x = x + at::linear(at::cat(outs, 0), layer.o_w);
     x = x + mlp(layer, rms_norm(x, layer.post_norm));
   }
