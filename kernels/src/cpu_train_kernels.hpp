@@ -31,7 +31,8 @@ void swiglu_backward(const float* d_out, const float* gate_up, int64_t rows, int
 /// `rotated` columns of each row of x, as heads of width head_dim:
 /// y = x * cos + rotate_half(x) * sin, with cos and sin [rows, head_dim] the
 /// row's angles; the remaining columns are copied. With `inverse` the
-/// rotation goes the other way (sin negated): the backward pass.
+/// transposed rotation (each column's partner read with the partner's sine):
+/// the backward pass.
 ///   x, y: [rows, width]
 void rotary(const float* x, const float* cos, const float* sin, int64_t rows, int64_t width, int64_t rotated,
             int64_t head_dim, bool inverse, float* y);
