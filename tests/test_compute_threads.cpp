@@ -1,7 +1,9 @@
-// The trainer's persistent replica threads and the per-thread intra-op count.
+// The trainer's persistent replica threads, the per-thread intra-op count and the OpenMP workers ended between turns.
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <chrono>
+#include <filesystem>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -9,6 +11,7 @@
 
 #include <ATen/Parallel.h>
 
+#include "areal/actors/compute_share.hpp"
 #include "areal/kernels/compute_threads.hpp"
 #include "areal/kernels/replica_threads.hpp"
 
@@ -63,4 +66,76 @@ TEST_CASE("set_compute_threads sets the calling thread's count only") {
   CHECK(at::get_num_threads() == 2);
   areal::kernels::set_compute_threads(0);  // at least one
   CHECK(at::get_num_threads() == 1);
+}
+
+namespace {
+
+// Threads of this process now.
+size_t process_threads() {
+  size_t n = 0;
+  for ([[maybe_unused]] auto& entry : std::filesystem::directory_iterator("/proc/self/task"))
+    ++n;
+  return n;
+}
+
+// Waits (up to 2 s) until the process has `expected` threads; returns the count it saw last.
+size_t settle_at(size_t expected) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  auto n = process_threads();
+  while (n != expected && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    n = process_threads();
+  }
+  return n;
+}
+
+// A parallel region of two parts: with two intra-op threads, one runs on a worker of this thread's pool.
+void two_parts() {
+  std::atomic<int> parts{0};
+  at::parallel_for(0, 2, 1, [&](int64_t begin, int64_t end) { parts += static_cast<int>(end - begin); });
+  REQUIRE(parts == 2);
+}
+
+}  // namespace
+
+// libgomp shortens every waiting worker's spin once the workers of all pools
+// outnumber the CPUs, so an idle compute thread must not keep its pool.
+TEST_CASE("release_compute_threads ends the calling thread's OpenMP workers, and the next region starts them again") {
+  auto before = process_threads();
+  std::thread([before] {
+    areal::kernels::set_compute_threads(2);
+    two_parts();
+    CHECK(settle_at(before + 2) == before + 2);  // this thread and its pool's worker
+    areal::kernels::release_compute_threads();
+    CHECK(settle_at(before + 1) == before + 1);
+    two_parts();  // the next region starts a worker again
+    CHECK(settle_at(before + 2) == before + 2);
+    areal::kernels::release_compute_threads();
+    CHECK(settle_at(before + 1) == before + 1);
+    areal::kernels::set_compute_threads(1);
+    two_parts();  // one thread: no worker
+    CHECK(settle_at(before + 1) == before + 1);
+    areal::kernels::release_compute_threads();  // nothing to end
+    CHECK(at::get_num_threads() == 1);
+  }).join();
+  CHECK(settle_at(before) == before);
+}
+
+TEST_CASE("an actor that stops computing ends its OpenMP workers when the actors take turns, not when they overlap") {
+  auto before = process_threads();
+  for (bool taking_turns : {true, false}) {
+    CAPTURE(taking_turns);
+    std::thread([before, taking_turns] {
+      areal::compute_share share(2, true, 2, taking_turns);
+      bool busy = false;
+      share.set_busy(busy, true);
+      areal::kernels::set_compute_threads(share.threads_now());
+      two_parts();
+      CHECK(settle_at(before + 2) == before + 2);
+      share.set_busy(busy, false);
+      auto expected = taking_turns ? before + 1 : before + 2;
+      CHECK(settle_at(expected) == expected);
+    }).join();
+    CHECK(settle_at(before) == before);
+  }
 }

@@ -138,7 +138,8 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
 
   // The pipeline.
   int actors = 2;  // rollout side and trainer side
-  auto share = std::make_shared<compute_share>(options.compute_threads, options.share_cores || rl.synchronous, actors);
+  auto share = std::make_shared<compute_share>(options.compute_threads, options.share_cores || rl.synchronous, actors,
+                                               rl.synchronous);
   bool multi_node = static_cast<bool>(options.node);
   std::vector<rollout_actor> rollouts;
   if (!multi_node || options.self.has(role::rollout))
@@ -237,6 +238,11 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
                    caf::actor_cast<caf::actor>(publisher));
     spdlog::info("RL: taking rollout workers and reward pools from the other nodes as they join");
   }
+
+  // This thread's OpenMP workers (the warm start's, the evaluation's, the
+  // loading's) would shorten the spin of the phases' (compute_share.hpp).
+  if (rl.synchronous)
+    kernels::release_compute_threads();
 
   // Every actor this job spawned is watched: one that dies ends the run
   // (with the controller's checkpoint, when the trainer can still write it).

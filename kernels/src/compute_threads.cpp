@@ -16,4 +16,12 @@ void set_compute_threads(int threads) {
     omp_set_num_threads(threads);
 }
 
+void release_compute_threads() {
+  if (omp_in_parallel())
+    return;
+  // libgomp ends the calling thread's pool (its workers exit, and its count of
+  // managed threads drops by as many); soft: the next region starts a new one.
+  omp_pause_resource(omp_pause_soft, omp_get_initial_device());
+}
+
 }  // namespace areal::kernels
