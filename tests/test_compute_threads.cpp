@@ -121,21 +121,45 @@ TEST_CASE("release_compute_threads ends the calling thread's OpenMP workers, and
   CHECK(settle_at(before) == before);
 }
 
-TEST_CASE("an actor that stops computing ends its OpenMP workers when the actors take turns, not when they overlap") {
+TEST_CASE("an actor that stops computing ends its thread's OpenMP workers") {
   auto before = process_threads();
-  for (bool taking_turns : {true, false}) {
-    CAPTURE(taking_turns);
-    std::thread([before, taking_turns] {
-      areal::compute_share share(2, true, 2, taking_turns);
-      bool busy = false;
-      share.set_busy(busy, true);
-      areal::kernels::set_compute_threads(share.threads_now());
-      two_parts();
-      CHECK(settle_at(before + 2) == before + 2);
-      share.set_busy(busy, false);
-      auto expected = taking_turns ? before + 1 : before + 2;
-      CHECK(settle_at(expected) == expected);
-    }).join();
-    CHECK(settle_at(before) == before);
-  }
+  std::thread([before] {
+    areal::compute_share share(2, true, 2);
+    bool busy = false;
+    share.set_busy(busy, true);
+    areal::kernels::set_compute_threads(share.threads_now());
+    two_parts();
+    CHECK(settle_at(before + 2) == before + 2);
+    share.set_busy(busy, false);
+    CHECK(settle_at(before + 1) == before + 1);
+  }).join();
+  CHECK(settle_at(before) == before);
+}
+
+TEST_CASE("an actor that starts computing waits for a team step in progress, and steps beside it get one thread") {
+  areal::compute_share share(2, true, 2);
+  bool engine_busy = false, trainer_busy = false;
+  share.set_busy(engine_busy, true);
+  int threads = share.begin_step();  // the engine alone: a team of two
+  CHECK(threads == 2);
+  std::atomic<bool> started{false};
+  std::thread trainer([&] {
+    share.set_busy(trainer_busy, true);
+    started = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  CHECK_FALSE(started.load());  // still inside the team step
+  CHECK(share.threads_now() == 1);  // counted as busy already: the next step is not a team
+  share.end_step(threads);
+  trainer.join();
+  CHECK(started.load());
+  threads = share.begin_step();  // beside the trainer: one thread, not a team
+  CHECK(threads == 1);
+  bool other_busy = false;
+  share.set_busy(other_busy, true);  // does not wait for a one-thread step
+  share.end_step(threads);
+  share.set_busy(other_busy, false);
+  share.set_busy(trainer_busy, false);
+  share.set_busy(engine_busy, false);
+  CHECK(share.threads_now() == 2);
 }

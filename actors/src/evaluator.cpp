@@ -77,7 +77,11 @@ evaluator_actor spawn_evaluator(caf::actor_system& sys, evaluator_setup setup) {
               auto& share = st.setup.share;
               if (share)
                 share->set_busy(st.busy, true);
-              kernels::set_compute_threads(share ? share->threads_now() : st.setup.compute_threads);
+              // Beside the pipeline, on one thread: an evaluation is long, and a
+              // team of spinning workers must not share the others' cores
+              // (compute_share.hpp; the demo's two evaluations on a team of
+              // two spun 4.8 s of CPU away).
+              kernels::set_compute_threads(share ? 1 : st.setup.compute_threads);
               eval_result r;
               {
                 tracer::scope span{st.setup.trace.get(), "evaluator", "evaluate"};

@@ -138,8 +138,7 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
 
   // The pipeline.
   int actors = 2;  // rollout side and trainer side
-  auto share = std::make_shared<compute_share>(options.compute_threads, options.share_cores || rl.synchronous, actors,
-                                               rl.synchronous);
+  auto share = std::make_shared<compute_share>(options.compute_threads, options.share_cores || rl.synchronous, actors);
   bool multi_node = static_cast<bool>(options.node);
   std::vector<rollout_actor> rollouts;
   if (!multi_node || options.self.has(role::rollout))
@@ -240,9 +239,8 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
   }
 
   // This thread's OpenMP workers (the warm start's, the evaluation's, the
-  // loading's) would shorten the spin of the phases' (compute_share.hpp).
-  if (rl.synchronous)
-    kernels::release_compute_threads();
+  // loading's) would shorten the spin of the pipeline's (compute_share.hpp).
+  kernels::release_compute_threads();
 
   // Every actor this job spawned is watched: one that dies ends the run
   // (with the controller's checkpoint, when the trainer can still write it).

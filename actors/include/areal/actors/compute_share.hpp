@@ -8,21 +8,27 @@
 // in-flight groups went stale and were dropped). The alternative, a static
 // split, gives each actor a fixed share always. In-process only: one per node.
 //
-// When the actors take turns (the synchronous mode: generate, then train),
-// one that stops ends its thread's OpenMP workers, so that the next phase's
-// pool is the only one and its workers spin at full length between parallel
-// regions: libgomp cuts every waiting worker's spin to 100 iterations once the
-// pools' workers outnumber the CPUs, idle pools included (compute_threads.hpp).
-// The demo's RL phase in synchronous mode, from its warm-started model, run
-// alternately with and without: 37-40 s with the idle pools kept, 34-36 s
-// without. When the actors overlap (the asynchronous mode: three compute
-// threads on two cores while the trainer runs) the pools stay: the short spin
-// is what such oversubscribed teams need (released there too, the demo's RL
-// phase took 32-41 s instead of 31-37 s, more of its CPU time spinning).
+// OpenMP teams. A rollout worker alone runs its decode steps on every thread:
+// a team whose waiting workers spin between the step's parallel regions. The
+// spin is long only while the process's pools hold no more workers than there
+// are CPUs (libgomp cuts it to 100 iterations otherwise, idle pools included;
+// compute_threads.hpp), so an actor that stops computing ends its thread's
+// workers. A long spin must never share its cores: an actor that starts
+// computing waits for a team step in progress to end (a few milliseconds)
+// before it computes beside it, and the evaluator (long) computes on one
+// thread. Measured on the demo (2 cores, run alternately): the synchronous RL
+// phase 37-40 s with the idle pools kept, 34-36 s with them ended; the
+// asynchronous phase, whose engine rarely computes alone, the same within
+// the machine's noise (paired runs 30/29, 32/35, 39/41 s), where ending the
+// pools without the wait and the one-thread evaluator made it slower (32-41 s
+// against 31-37 s: the engine's and the evaluator's teams spun while the
+// trainer's replicas held their workers' cores).
 #pragma once
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 
 #include "areal/kernels/compute_threads.hpp"
 
@@ -32,9 +38,10 @@ class compute_share {
  public:
   /// `threads`: the node's compute threads. `shared` false: a static split,
   /// each of `actors` actors always gets threads / actors (at least 1).
-  /// `taking_turns`: the actors never compute at once (the synchronous mode).
-  compute_share(int threads, bool shared, int actors, bool taking_turns = false)
-      : threads_(std::max(1, threads)), shared_(shared), actors_(std::max(1, actors)), taking_turns_(taking_turns) {}
+  compute_share(int threads, bool shared, int actors)
+      : threads_(std::max(1, threads)), shared_(shared), actors_(std::max(1, actors)) {}
+  compute_share(const compute_share&) = delete;
+  compute_share& operator=(const compute_share&) = delete;
 
   /// Threads for the trainer: all of them when shared.
   int training_threads() const { return shared_ ? threads_ : threads_now(); }
@@ -43,15 +50,47 @@ class compute_share {
     int busy = shared_ ? std::max(1, busy_.load()) : actors_;
     return std::max(1, threads_ / busy);
   }
+
   /// Called on the actor's compute thread as it starts and stops computing.
+  /// Starting waits for a team step in progress (begin_step) to end; stopping
+  /// ends the thread's OpenMP workers.
   void set_busy(bool& holder, bool busy) {
     if (holder == busy)
       return;
     holder = busy;
-    busy_ += busy ? 1 : -1;
-    if (!busy && taking_turns_)
-      kernels::release_compute_threads();
+    if (busy) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      ++busy_;
+      team_ended_.wait(lock, [this] { return teams_ == 0; });
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      --busy_;
+    }
+    kernels::release_compute_threads();
   }
+
+  /// For an actor that computes in short steps (a rollout worker's engine
+  /// steps), around each: the threads for the step; on more than one, the
+  /// step is a team that an actor starting to compute waits for.
+  int begin_step() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    int threads = threads_now();
+    if (threads > 1)
+      ++teams_;
+    return threads;
+  }
+  void end_step(int threads) {
+    if (threads <= 1)
+      return;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      --teams_;
+    }
+    team_ended_.notify_all();
+  }
+
   int threads() const { return threads_; }
   bool shared() const { return shared_; }
 
@@ -59,8 +98,10 @@ class compute_share {
   int threads_;
   bool shared_;
   int actors_;
-  bool taking_turns_;
   std::atomic<int> busy_{0};
+  std::mutex mutex_;
+  std::condition_variable team_ended_;
+  int teams_ = 0;  // steps on more than one thread in progress
 };
 
 }  // namespace areal
