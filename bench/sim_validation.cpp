@@ -7,7 +7,9 @@
 //    in a separate synchronous calibration run (another seed) than the
 //    isolated model says they should: its trace's generate and train time
 //    against a simulation of that run with the isolated costs.
-// The rows predicted are other runs than the calibration run.
+// The rows predicted are other runs than the calibration run. For each row
+// it also prints where the time went: the RL phase, and the engine's and the
+// trainer's busy time from the run's trace, beside the simulation's.
 #include "sim_validation.hpp"
 
 #include <unistd.h>
@@ -32,6 +34,7 @@ struct row {
   std::string name;
   int64_t eta;  // 0: synchronous
   double measured = 0;  // trained response tokens/s over the RL phase
+  double rl_seconds = 0, generate_seconds = 0, train_seconds = 0;  // the phase, and its trace's busy time
 };
 
 // What a synchronous run of the workload generated: the mean prompt and the response lengths.
@@ -157,6 +160,8 @@ nlohmann::json validate_on_this_machine(bool quick, int threads, std::ostream& o
                                 : std::vector<std::string>{"rl.eta=" + std::to_string(r.eta)};
     auto [result, dir] = run(r.eta == 0 ? "sync" : "async", overrides);
     r.measured = double(result.stats.trained_tokens) / result.rl_seconds;
+    r.rl_seconds = result.rl_seconds;
+    std::tie(r.generate_seconds, r.train_seconds) = busy_seconds(dir);
   }
   auto work = workload_of(scratch / "sync" / "trajectories.jsonl", base);
   fs::remove_all(scratch);
@@ -173,9 +178,17 @@ nlohmann::json validate_on_this_machine(bool quick, int threads, std::ostream& o
     out << fmt::format("  {:<12} {:>16} {:>16} {:>8} {:>14} {:>14} {:>8}\n", "row", "measured tok/s",
                        "predicted tok/s", "error", "measured/sync", "predicted/sync", "error");
     nlohmann::json table = nlohmann::json::array();
+    std::string time_table;  // where the time went, per row: measured (the trace) and predicted
     double worst = 0, sync_predicted = 0;
     for (auto& r : rows) {
-      double predicted = response_rate(simulate_row(costs, work, base, r.eta), work.prompt_tokens);
+      auto simulated = simulate_row(costs, work, base, r.eta);
+      double predicted = response_rate(simulated, work.prompt_tokens);
+      // Both rows run one engine (the node's).
+      double generate_predicted = simulated.engine_busy_share * simulated.virtual_seconds;
+      double train_predicted = simulated.trainer_busy_share * simulated.virtual_seconds;
+      time_table += fmt::format("  {:<12} {:>8.2f} {:>8.2f} {:>10.2f} {:>10.2f} {:>8.2f} {:>8.2f}\n", r.name,
+                                r.rl_seconds, simulated.virtual_seconds, r.generate_seconds, generate_predicted,
+                                r.train_seconds, train_predicted);
       if (r.eta == 0)
         sync_predicted = predicted;
       double error = predicted / r.measured - 1;
@@ -190,9 +203,16 @@ nlohmann::json validate_on_this_machine(bool quick, int threads, std::ostream& o
                        {"error", error},
                        {"measured_ratio_to_sync", measured_ratio},
                        {"predicted_ratio_to_sync", predicted_ratio},
-                       {"ratio_error", ratio_error}});
+                       {"ratio_error", ratio_error},
+                       {"measured_seconds", {{"rl", r.rl_seconds}, {"generating", r.generate_seconds},
+                                             {"training", r.train_seconds}}},
+                       {"predicted_seconds", {{"rl", simulated.virtual_seconds}, {"generating", generate_predicted},
+                                              {"training", train_predicted}}}});
     }
     out << fmt::format("  largest error {:.1f}% (target: 15% per row)\n", 100 * worst);
+    out << fmt::format("  where the time went (seconds; measured from the run's trace, predicted by the simulation):\n"
+                       "  {:<12} {:>8} {:>8} {:>10} {:>10} {:>8} {:>8}\n{}",
+                       "row", "RL", "pred.", "generating", "pred.", "training", "pred.", time_table);
     report[name] = {{"rows", table}, {"largest_error", worst}};
   }
   return report;
