@@ -131,8 +131,23 @@ struct run_row {
 }  // namespace
 
 int main(int argc, char** argv) {
+  fit_blas_core(argc, argv);  // with every argument: it may execute the benchmark again
   kernels::tune_allocator();
-  auto opts = bench::parse_options(argc, argv, "bench_async_vs_sync");
+  // --workload demo|long-tail (default: both); the other flags are every benchmark's.
+  std::string only;
+  std::vector<char*> rest;
+  for (int i = 0; i < argc; ++i) {
+    if (std::string{argv[i]} == "--workload" && i + 1 < argc)
+      only = argv[++i];
+    else
+      rest.push_back(argv[i]);
+  }
+  const char* usage = "bench_async_vs_sync [--workload demo|long-tail]";
+  if (!only.empty() && only != "demo" && only != "long-tail") {
+    std::cerr << "--workload " << only << ": not a workload; give demo or long-tail\nusage: " << usage << "\n";
+    return 2;
+  }
+  auto opts = bench::parse_options(static_cast<int>(rest.size()), rest.data(), usage);
   int threads = std::max(1, opts.threads);
   auto facts = kernels::probe_blas();
   std::cout << "bench_async_vs_sync: " << threads << " compute threads (" << std::thread::hardware_concurrency()
@@ -155,6 +170,10 @@ int main(int argc, char** argv) {
        opts.quick ? 16 : 32,
        {"sft.batch_size=8", "rl.rollout_slots=64"}},
   };
+  if (only == "demo")
+    workloads.pop_back();
+  else if (only == "long-tail")
+    workloads.erase(workloads.begin());
   auto scratch = fs::temp_directory_path() / ("areal-bench-async-" + std::to_string(getpid()));
   nlohmann::json report = {{"bench", "bench_async_vs_sync"}, {"threads", threads}, {"blas", kernels::describe(facts)}, {"quick", opts.quick}};
   for (auto& w : workloads) {

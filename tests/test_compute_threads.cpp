@@ -153,12 +153,14 @@ TEST_CASE("an actor that starts computing waits for a team step in progress, and
   share.end_step(threads);
   trainer.join();
   CHECK(started.load());
-  threads = share.begin_step();  // beside the trainer: one thread, not a team
-  CHECK(threads == 1);
   bool other_busy = false;
-  share.set_busy(other_busy, true);  // does not wait for a one-thread step
-  share.end_step(threads);
+  {
+    areal::compute_share::step step{&share, 2};  // beside the trainer: one thread, not a team
+    CHECK(step.threads() == 1);
+    share.set_busy(other_busy, true);  // does not wait for a one-thread step
+  }
   share.set_busy(other_busy, false);
+  CHECK(areal::compute_share::step{nullptr, 3}.threads() == 3);  // no share: the actor's own
   share.set_busy(trainer_busy, false);
   share.set_busy(engine_busy, false);
   CHECK(share.threads_now() == 2);

@@ -367,20 +367,16 @@ rollout_actor::behavior_type rollout_behavior(rollout_pointer self, rollout_setu
       [self](step_atom) {
         auto& st = self->state;
         st.stepping = false;
-        // Per thread in ATen; this is the worker's own.
-        auto& share = st.setup.share;
-        int threads = share ? share->begin_step() : st.setup.compute_threads;
-        kernels::set_compute_threads(threads);
-        try {
-          traced_step(self);
-          if (share)
-            share->end_step(threads);
-        } catch (const std::exception& e) {
-          if (share)
-            share->end_step(threads);
-          spdlog::error("rollout {}: engine step failed: {}; aborting its requests", st.setup.name, e.what());
-          for (auto& out : st.engine->abort_all())
-            deliver(self, out);
+        {
+          compute_share::step step{st.setup.share.get(), st.setup.compute_threads};
+          kernels::set_compute_threads(step.threads());  // per thread in ATen; this is the worker's own
+          try {
+            traced_step(self);
+          } catch (const std::exception& e) {
+            spdlog::error("rollout {}: engine step failed: {}; aborting its requests", st.setup.name, e.what());
+            for (auto& out : st.engine->abort_all())
+              deliver(self, out);
+          }
         }
         keep_stepping(self);
       },

@@ -91,6 +91,24 @@ class compute_share {
     team_ended_.notify_all();
   }
 
+  /// One short step of an actor (begin_step and end_step around it); without
+  /// a share, `threads` of its own.
+  class step {
+   public:
+    step(compute_share* share, int threads) : share_(share), threads_(share ? share->begin_step() : threads) {}
+    ~step() {
+      if (share_)
+        share_->end_step(threads_);
+    }
+    step(const step&) = delete;
+    step& operator=(const step&) = delete;
+    int threads() const { return threads_; }
+
+   private:
+    compute_share* share_;
+    int threads_;
+  };
+
   int threads() const { return threads_; }
   bool shared() const { return shared_; }
 
