@@ -232,6 +232,10 @@ TEST_CASE("a rollout worker hands a checkpoint its work in flight, and a worker 
   auto worker = f.spawn(f.model(1));
   std::atomic<bool> release{false};
   auto pool = holding_pool(f, release);  // held until the test has looked
+  struct release_at_exit {  // a failed check must not leave the pool holding for 30 s
+    std::atomic<bool>& release;
+    ~release_at_exit() { release = true; }
+  } release_guard{release};
   trainer_actor no_trainer;
   auto store = spawn_sample_store(*f.sys, no_trainer);
   auto slow = request(0, 80), quick = request(1, 2);  // one generates long, one is with the pool at once
@@ -239,8 +243,10 @@ TEST_CASE("a rollout worker hands a checkpoint its work in flight, and a worker 
     self->send(worker, *pack(r), *pack(reward_task{}), caf::actor_cast<caf::actor>(pool),
                caf::actor_cast<caf::actor>(store));
   std::optional<trajectory> generating, generated;
-  for (int i = 0; i < 2000 && !(generating && generated && generating->output_tokens.size() >= 4); ++i) {
-    std::this_thread::sleep_for(5ms);
+  // Polled often: the slow request's 80 steps of this small model take a few
+  // milliseconds, and it must be seen before it ends.
+  for (int i = 0; i < 20000 && !(generating && generated && generating->output_tokens.size() >= 4); ++i) {
+    std::this_thread::sleep_for(200us);
     self->request(worker, 10s, snapshot_atom::value)
         .receive(
             [&](std::vector<packed<trajectory>>& parts) {
