@@ -142,6 +142,7 @@ node_members_actor spawn_node_members(caf::actor_system& sys, const run_config& 
         st.model_bytes = static_cast<uint64_t>(m.policy->flat().nbytes());
         auto share = std::make_shared<compute_share>(threads, true, 1);
         st.rollouts = spawn_rollout_workers(self->system(), config, m, share, trace, 0, self_spec.name + "/rollout-");
+        kernels::release_compute_threads();  // this thread is done computing (compute_share.hpp)
         for (auto& r : st.rollouts)
           self->link_to(r);
         spdlog::info("{} rollout worker(s) ready ({} compute threads); waiting for the current weights",

@@ -205,7 +205,9 @@ trainer_side start_trainer_side(caf::actor_system& sys, const run_config& c, con
   ts.trace = std::move(trace);
   spdlog::info("the trainer starts from {} (version {}{})", model_dir, initial_version,
                resume_from.empty() ? "" : ", resuming " + resume_from);
-  return spawn_trainer_side(sys, c, m, ts);
+  auto side = spawn_trainer_side(sys, c, m, ts);
+  kernels::release_compute_threads();  // the loading's workers; this thread waits from here (compute_share.hpp)
+  return side;
 }
 
 void stop_trainer_side(const trainer_side& side) {
