@@ -19,10 +19,10 @@
 // thread. Measured on the demo (2 cores, run alternately): the synchronous RL
 // phase 37-40 s with the idle pools kept, 34-36 s with them ended; the
 // asynchronous phase, whose engine rarely computes alone, the same within
-// the machine's noise (paired runs 30/29, 32/35, 39/41 s), where ending the
-// pools without the wait and the one-thread evaluator made it slower (32-41 s
-// against 31-37 s: the engine's and the evaluator's teams spun while the
-// trainer's replicas held their workers' cores).
+// the machine's noise (paired runs 30/29, 32/35, 39/41 s). Ending the pools
+// without the wait, and with the evaluator on a team of two, made it slower
+// (32-41 s against 31-37 s: the engine's and the evaluator's teams spun while
+// the trainer's replicas held their workers' cores).
 #pragma once
 
 #include <algorithm>
