@@ -134,20 +134,13 @@ int main(int argc, char** argv) {
   fit_blas_core(argc, argv);  // with every argument: it may execute the benchmark again
   kernels::tune_allocator();
   // --workload demo|long-tail (default: both); the other flags are every benchmark's.
-  std::string only;
-  std::vector<char*> rest;
-  for (int i = 0; i < argc; ++i) {
-    if (std::string{argv[i]} == "--workload" && i + 1 < argc)
-      only = argv[++i];
-    else
-      rest.push_back(argv[i]);
-  }
+  auto only = bench::take_flag(argc, argv, "--workload", "");
   const char* usage = "bench_async_vs_sync [--workload demo|long-tail]";
   if (!only.empty() && only != "demo" && only != "long-tail") {
     std::cerr << "--workload " << only << ": not a workload; give demo or long-tail\nusage: " << usage << "\n";
     return 2;
   }
-  auto opts = bench::parse_options(static_cast<int>(rest.size()), rest.data(), usage);
+  auto opts = bench::parse_options(argc, argv, usage);
   int threads = std::max(1, opts.threads);
   auto facts = kernels::probe_blas();
   std::cout << "bench_async_vs_sync: " << threads << " compute threads (" << std::thread::hardware_concurrency()

@@ -51,6 +51,20 @@ inline options parse_options(int argc, char** argv, const char* name) {
   return o;
 }
 
+/// Takes a benchmark's own `flag VALUE` out of the arguments (the rest go to
+/// parse_options); returns VALUE, or `fallback` when the flag is not given.
+inline std::string take_flag(int& argc, char** argv, const std::string& flag, std::string fallback) {
+  int kept = 0;
+  for (int i = 0; i < argc; ++i) {
+    if (flag == argv[i] && i + 1 < argc)
+      fallback = argv[++i];
+    else
+      argv[kept++] = argv[i];
+  }
+  argc = kept;
+  return fallback;
+}
+
 /// A generated answer as a sample the trainer trains on, with an advantage of
 /// +1 or -1 at random (the cost of a PPO step does not depend on its values).
 inline kernels::rl_sample training_sample(const kernels::generation_output& out, std::mt19937& rng) {

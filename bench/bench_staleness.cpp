@@ -82,15 +82,8 @@ int main(int argc, char** argv) {
   fit_blas_core(argc, argv);  // with every argument: it may execute the benchmark again
   kernels::tune_allocator();
   // --lr X (default 4e-4, four times the demo's); the other flags are every benchmark's.
-  std::string lr = "4e-4";
-  std::vector<char*> rest;
-  for (int i = 0; i < argc; ++i) {
-    if (std::string{argv[i]} == "--lr" && i + 1 < argc)
-      lr = argv[++i];
-    else
-      rest.push_back(argv[i]);
-  }
-  auto opts = bench::parse_options(static_cast<int>(rest.size()), rest.data(), "bench_staleness [--lr X]");
+  auto lr = bench::take_flag(argc, argv, "--lr", "4e-4");
+  auto opts = bench::parse_options(argc, argv, "bench_staleness [--lr X]");
   int threads = std::max(1, opts.threads);
   auto facts = kernels::probe_blas();
   std::cout << "bench_staleness: " << threads << " compute threads; " << kernels::describe(facts)

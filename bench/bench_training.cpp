@@ -192,7 +192,8 @@ int main(int argc, char** argv) {
         double rate = tokens / seconds;
         std::string label = std::to_string(minibatches) + (fused ? "" : "_aten_layers");
         std::cout << "  " << name << ", ppo_minibatches " << minibatches
-                  << (fused ? "" : ", ATen's element-wise layers") << ": " << rate << " trained tokens/s, " << gflops << " model GFLOP/s; ceiling " << ceiling
+                  << (fused ? "" : ", ATen's element-wise layers") << ": " << rate << " trained tokens/s, " << gflops
+                  << " model GFLOP/s; ceiling " << ceiling
                   << " GFLOP/s (" << threads << " x 1-thread products at once); efficiency " << efficiency;
         if (fused && minibatches == 1)
           fused_rate = rate;
