@@ -245,7 +245,10 @@ TEST_CASE("a rollout worker hands a checkpoint its work in flight, and a worker 
   std::optional<trajectory> generating, generated;
   // Polled often: the slow request's 80 steps of this small model take a few
   // milliseconds, and it must be seen before it ends.
-  for (int i = 0; i < 20000 && !(generating && generated && generating->output_tokens.size() >= 4); ++i) {
+  // (The quick one, submitted second, may start a few steps late: seen once it is done.)
+  for (int i = 0; i < 20000 && !(generating && generated && generating->output_tokens.size() >= 4 &&
+                                 generated->finish != finish_reason::unfinished);
+       ++i) {
     std::this_thread::sleep_for(200us);
     self->request(worker, 10s, snapshot_atom::value)
         .receive(
