@@ -2,11 +2,13 @@
 // get alone; seeds reproduce; interruption re-prefills exactly and switches
 // versions at the swap; sampling follows the truncated distribution.
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "areal/kernels/engine.hpp"
+#include "areal/kernels/fused_layers.hpp"
 #include "torch_doctest.hpp"
 
 using namespace areal;
@@ -312,6 +314,81 @@ TEST_CASE("top-p over a wide nucleus (more candidates than the first selection) 
   CHECK(highest < nucleus);               // nothing outside the nucleus
   CHECK(highest > nucleus - 50);          // and its far end is reached
   CHECK(beyond_first_selection > 2000);   // most of its mass lies past the first 64 tokens
+}
+
+TEST_CASE("the sampler on the logits' device draws what the CPU loop draws, row by row") {
+  // One batch of rows with different parameters, as an engine step has; the
+  // reference is the CPU loop (sample_token) given the same uniform per row.
+  const int64_t rows = 240, vocab = 700;
+  auto logits = at::randn({rows, vocab}, at::TensorOptions().dtype(at::kFloat)) * 3.0;
+  std::vector<sampling_params> kinds(8);
+  kinds[1].temperature = 0.7f;
+  kinds[2].top_k = 5;
+  kinds[3].top_p = 0.8f;
+  kinds[4].top_k = 50;
+  kinds[4].top_p = 0.9f;
+  kinds[5].greedy = true;
+  kinds[6].temperature = 0.0f;  // greedy too
+  kinds[7].temperature = 1.5f;
+  kinds[7].top_p = 0.95f;
+  auto reference_gen = at::make_generator<at::CPUGeneratorImpl>(7);
+  auto uniform_gen = at::make_generator<at::CPUGeneratorImpl>(7);
+  std::vector<const sampling_params*> params;
+  std::vector<double> uniforms;
+  std::vector<sampled_token> expected;
+  for (int64_t i = 0; i < rows; ++i) {
+    auto& p = kinds[static_cast<size_t>(i % 8)];
+    params.push_back(&p);
+    expected.push_back(sample_token(logits[i], p, reference_gen));
+    bool greedy = p.greedy || p.temperature <= 0;
+    // The engine's draw: 53 random bits of the sequence's generator (none when greedy).
+    auto* g = at::check_generator<at::CPUGeneratorImpl>(uniform_gen);
+    uniforms.push_back(greedy ? 0.0 : static_cast<double>(g->random64() >> 11) * 0x1.0p-53);
+  }
+  auto drawn = sample_rows(logits, params, uniforms);
+  REQUIRE(drawn.size() == static_cast<size_t>(rows));
+  int same = 0;
+  for (int64_t i = 0; i < rows; ++i) {
+    auto& a = drawn[static_cast<size_t>(i)];
+    auto& b = expected[static_cast<size_t>(i)];
+    if (a.token != b.token)
+      continue;  // a uniform on a boundary between two tokens, rounded differently
+    ++same;
+    CHECK(std::abs(a.logprob - b.logprob) < 1e-4);
+  }
+  CHECK(same >= rows - 2);
+  // bfloat16 logits are drawn from too (a GPU step computes them so).
+  CHECK(sample_rows(logits.to(at::kBFloat16), params, uniforms).size() == static_cast<size_t>(rows));
+  auto broken = logits.narrow(0, 0, 2).clone();
+  broken[1][3] = std::numeric_limits<float>::quiet_NaN();
+  CHECK_THROWS_WITH_AS(sample_rows(broken, {params[0], params[1]}, {0.5, 0.5}), doctest::Contains("row 1"),
+                       std::runtime_error);
+}
+
+TEST_CASE("an engine on the ATen path (every device's path) generates what the CPU loops generate") {
+  policy_model model(engine_config_model());
+  model.init_random(13, 0.3);
+  auto run = [&] {
+    generation_engine engine(model, {4, 128, 16});
+    for (uint64_t i = 0; i < 8; ++i) {
+      auto j = job(i, prompt_of(i), 12, i % 4 == 3);
+      j.sampling.top_k = i % 4 == 1 ? 6 : 0;
+      j.sampling.top_p = i % 4 == 2 ? 0.85f : 1.0f;
+      engine.submit(j);
+    }
+    return by_id(engine.run_to_completion());
+  };
+  auto cpu_loops = run();
+  fused::set_enabled(false);
+  auto aten = run();
+  fused::set_enabled(true);
+  REQUIRE(aten.size() == cpu_loops.size());
+  for (auto& [id, out] : cpu_loops) {
+    INFO("request " << id);
+    CHECK(aten[id].tokens == out.tokens);
+    for (size_t t = 0; t < out.logprobs.size() && t < aten[id].logprobs.size(); ++t)
+      CHECK(std::abs(aten[id].logprobs[t] - out.logprobs[t]) < 1e-4);
+  }
 }
 
 TEST_CASE("a generation saved part-way continues in another engine as it would have gone on") {

@@ -2,6 +2,8 @@
 
 #include "areal/kernels/model_config.hpp"
 
+#include <torch/cuda.h>
+
 namespace areal::kernels {
 
 at::TensorOptions tensor_options(const std::string& device, const std::string& dtype) {
@@ -17,7 +19,7 @@ at::TensorOptions tensor_options(const std::string& device, const std::string& d
   if (device == "cpu")
     return at::TensorOptions().dtype(type).device(at::kCPU);
   if (device.rfind("cuda", 0) == 0) {
-    if (!at::hasCUDA())
+    if (!cuda_available())
       throw format_error(
           "model device \"" + device +
           "\" asked for, but this LibTorch build has no CUDA (or no GPU is visible); use device = \"cpu\"");
@@ -29,6 +31,15 @@ at::TensorOptions tensor_options(const std::string& device, const std::string& d
     return at::TensorOptions().dtype(type).device(at::Device(at::kCUDA, static_cast<at::DeviceIndex>(index)));
   }
   throw format_error("model device \"" + device + "\" is not supported; use cpu or cuda[:N]");
+}
+
+bool cuda_available() {
+  return torch::cuda::is_available();
+}
+
+void synchronize(const at::Device& device) {
+  if (device.is_cuda())
+    torch::cuda::synchronize(device.index());
 }
 
 }  // namespace areal::kernels

@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 
+#include "areal/kernels/fused_layers.hpp"
 #include "cpu_kernels.hpp"
 
 #include <algorithm>
@@ -209,18 +210,33 @@ std::vector<generation_output> generation_engine::step() {
   if (!ready.empty()) {
     at::NoGradGuard no_grad;
     auto rows = at::tensor(ready_rows, at::TensorOptions().dtype(at::kLong)).to(hidden.device());
-    auto logits = model_.logits(hidden.index_select(0, rows)).to(at::kFloat).to(at::kCPU).contiguous();
+    auto logits = model_.logits(hidden.index_select(0, rows));
     // One draw per sequence from its own generator, so that a seed's tokens do
-    // not depend on what else is in the batch; rows in parallel.
-    auto vocab = logits.size(1);
-    const float* base = logits.data_ptr<float>();
+    // not depend on what else is in the batch.
     std::vector<sampled_token> picks(ready.size());
-    at::parallel_for(0, static_cast<int64_t>(ready.size()), 1, [&](int64_t begin, int64_t end) {
-      for (auto i = begin; i < end; ++i) {
-        auto& s = active_[ready[static_cast<size_t>(i)]];
-        picks[static_cast<size_t>(i)] = sample_from_logits(base + i * vocab, vocab, s.job.sampling, s.generator);
+    if (logits.device().is_cpu() && fused::enabled()) {
+      // The CPU's loop over each row, rows in parallel.
+      logits = logits.to(at::kFloat).contiguous();
+      auto vocab = logits.size(1);
+      const float* base = logits.data_ptr<float>();
+      at::parallel_for(0, static_cast<int64_t>(ready.size()), 1, [&](int64_t begin, int64_t end) {
+        for (auto i = begin; i < end; ++i) {
+          auto& s = active_[ready[static_cast<size_t>(i)]];
+          picks[static_cast<size_t>(i)] = sample_from_logits(base + i * vocab, vocab, s.job.sampling, s.generator);
+        }
+      });
+    } else {
+      // On the logits' device: only the tokens come back to the host.
+      std::vector<const sampling_params*> params;
+      std::vector<double> uniforms;
+      for (auto slot : ready) {
+        auto& s = active_[slot];
+        params.push_back(&s.job.sampling);
+        bool greedy = s.job.sampling.greedy || s.job.sampling.temperature <= 0;
+        uniforms.push_back(greedy ? 0.0 : uniform_from(s.generator));
       }
-    });
+      picks = sample_rows(logits, params, uniforms);
+    }
     for (size_t i = 0; i < ready.size(); ++i) {
       auto& s = active_[ready[i]];
       s.reprefill = false;

@@ -86,16 +86,20 @@ struct rotary_function : torch::autograd::Function<rotary_function> {
   }
 };
 
-std::atomic<bool> enabled{true};
+std::atomic<bool> enabled_flag{true};
 
 }  // namespace
 
 bool applies(const at::Tensor& t) {
-  return enabled.load(std::memory_order_relaxed) && t.scalar_type() == at::kFloat && t.device().is_cpu();
+  return enabled() && t.scalar_type() == at::kFloat && t.device().is_cpu();
 }
 
 void set_enabled(bool on) {
-  enabled = on;
+  enabled_flag = on;
+}
+
+bool enabled() {
+  return enabled_flag.load(std::memory_order_relaxed);
 }
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {

@@ -423,9 +423,10 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
     throw std::invalid_argument("step_input: " + std::to_string(total) + " tokens for segments of " +
                                 std::to_string(row));
   bool any_shared = std::any_of(decode_shared.begin(), decode_shared.end(), [](int64_t n) { return n > 0; });
-  // The fused CPU kernel (cpu_kernels.hpp) serves float32 caches on the CPU;
-  // the ATen path below it any other type or device.
-  bool fused = cache.keys.empty() || (cache.keys[0].scalar_type() == at::kFloat && cache.keys[0].device().is_cpu());
+  // The CPU's decode-attention kernel (cpu_kernels.hpp) serves float32 caches on
+  // the CPU while the CPU loops are on; the ATen path below it everything else.
+  bool cpu_kernel = fused::enabled() && (cache.keys.empty() || (cache.keys[0].scalar_type() == at::kFloat &&
+                                                                cache.keys[0].device().is_cpu()));
 
   auto tokens = at::tensor(input.tokens, long_opts).to(device);
   auto positions = at::tensor(pos_of, long_opts).to(device);
@@ -448,7 +449,7 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
   bool all_decode_in_order = prefill_segments.empty() && input.fills.empty();
   for (size_t i = 0; all_decode_in_order && i < decode_slots.size(); ++i)
     all_decode_in_order = decode_slots[i] == static_cast<int64_t>(i);
-  bool batched_aten = !fused && !decode_rows.empty() && !any_shared;
+  bool batched_aten = !cpu_kernel && !decode_rows.empty() && !any_shared;
   // The gathers only a step that is not decodes-in-slot-order needs (not the steady state).
   if (!decode_rows.empty() && !all_decode_in_order) {
     decode_row_index = at::tensor(decode_rows, long_opts).to(device);
@@ -498,7 +499,7 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
                             at::cat({cache.pool_values[l].narrow(1, at, n), own_v}, 1));
     };
     auto attn = at::empty({total, config_.num_attention_heads * d}, x.options());
-    if (!decode_rows.empty() && fused) {
+    if (!decode_rows.empty() && cpu_kernel) {
       auto n = static_cast<int64_t>(decode_rows.size());
       auto qd = (all_decode_in_order ? q.narrow(0, 0, n) : q.index_select(0, decode_row_index))
                     .to(at::kFloat)

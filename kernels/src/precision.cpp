@@ -1,7 +1,7 @@
 // The compute precision scope (see precision.hpp).
 #include "areal/kernels/precision.hpp"
 
-#include <ATen/autocast_mode.h>
+#include "torch_compat.hpp"
 
 #include <stdexcept>
 
@@ -15,16 +15,24 @@ at::ScalarType parse_compute_dtype(const std::string& name) {
   throw std::invalid_argument("compute dtype \"" + name + "\": use float32 or bfloat16");
 }
 
+namespace {
+
+constexpr at::DeviceType scoped_devices[2] = {at::kCPU, at::kCUDA};
+
+}  // namespace
+
 compute_precision::compute_precision(at::ScalarType compute) {
   if (compute == at::kFloat)
     return;
   if (compute != at::kBFloat16)
-    throw std::invalid_argument("compute precision: only float32 and bfloat16 run on the CPU");
+    throw std::invalid_argument("compute precision: only float32 and bfloat16 are supported");
   active_ = true;
-  was_enabled_ = at::autocast::is_cpu_enabled();
-  was_dtype_ = at::autocast::get_autocast_cpu_dtype();
-  at::autocast::set_cpu_enabled(true);
-  at::autocast::set_autocast_cpu_dtype(compute);
+  for (int i = 0; i < 2; ++i) {
+    auto was = compat::autocast_of(scoped_devices[i]);
+    was_enabled_[i] = was.enabled;
+    was_dtype_[i] = was.dtype;
+    compat::set_autocast(scoped_devices[i], {true, compute});
+  }
   at::autocast::increment_nesting();
 }
 
@@ -35,8 +43,8 @@ compute_precision::~compute_precision() {
   // at the next optimizer step, and a stale bfloat16 copy must not be reused.
   if (at::autocast::decrement_nesting() == 0)
     at::autocast::clear_cache();
-  at::autocast::set_cpu_enabled(was_enabled_);
-  at::autocast::set_autocast_cpu_dtype(was_dtype_);
+  for (int i = 0; i < 2; ++i)
+    compat::set_autocast(scoped_devices[i], {was_enabled_[i], was_dtype_[i]});
 }
 
 }  // namespace areal::kernels

@@ -13,4 +13,11 @@ namespace areal::kernels {
 /// unavailable and what to use instead.
 at::TensorOptions tensor_options(const std::string& device, const std::string& dtype);
 
+/// Whether this LibTorch was built with CUDA and sees at least one GPU.
+bool cuda_available();
+
+/// Waits until the device has finished the work queued on it (a timing needs
+/// it: GPU kernels run asynchronously); nothing to wait for on the CPU.
+void synchronize(const at::Device& device);
+
 }  // namespace areal::kernels

@@ -46,6 +46,7 @@
 #include <ATen/ATen.h>
 
 #include "areal/kernels/model.hpp"
+#include "areal/kernels/sampling.hpp"
 #include "areal/messages/records.hpp"
 
 namespace areal::kernels {
@@ -83,11 +84,6 @@ struct generation_output {
   std::vector<float> logprobs;    // log_softmax(logits / temperature)[token], as the trainer computes it
   std::vector<int64_t> versions;  // policy version that sampled each token
   finish_reason finish = finish_reason::unfinished;
-};
-
-struct sampled_token {
-  int64_t token = 0;
-  float logprob = 0;  // under the full tempered distribution, not the truncated one
 };
 
 /// Samples from logits [vocab] with temperature, top-k, top-p or greedy.

@@ -11,9 +11,11 @@ namespace areal::kernels::fused {
 /// Whether the fused loops serve this tensor: float32 on the CPU, while enabled.
 bool applies(const at::Tensor& t);
 
-/// Turns the fused layers on (the default) or off process-wide: the tests and
-/// benchmarks compare them with ATen's composition.
+/// Turns the CPU's own loops on (the default) or off process-wide: these fused
+/// layers and the engine's sampling loop (cpu::sample_row). Off, a CPU run takes
+/// the ATen path every other device takes; the tests and benchmarks compare them.
 void set_enabled(bool on);
+bool enabled();
 
 /// RMSNorm over the last dimension: x * rsqrt(mean(x^2) + eps) * weight.
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);

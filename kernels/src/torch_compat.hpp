@@ -1,0 +1,46 @@
+// Where the LibTorch versions this project builds against differ (Debian 12's
+// 1.13 and the 2.x of a PyTorch installation, CUDA builds included): each
+// difference is settled here once, so that no other file tests a version.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <torch/version.h>
+
+#define AREAL_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+namespace areal::kernels::compat {
+
+/// The autocast switch and type of one device type (kCPU or kCUDA), per thread.
+struct autocast_setting {
+  bool enabled = false;
+  at::ScalarType dtype = at::kBFloat16;
+};
+
+inline autocast_setting autocast_of(at::DeviceType device) {
+#if AREAL_TORCH_AT_LEAST(2, 4)
+  return {at::autocast::is_autocast_enabled(device), at::autocast::get_autocast_dtype(device)};
+#else
+  if (device == at::kCUDA)
+    return {at::autocast::is_enabled(), at::autocast::get_autocast_gpu_dtype()};
+  return {at::autocast::is_cpu_enabled(), at::autocast::get_autocast_cpu_dtype()};
+#endif
+}
+
+inline void set_autocast(at::DeviceType device, autocast_setting s) {
+#if AREAL_TORCH_AT_LEAST(2, 4)
+  at::autocast::set_autocast_enabled(device, s.enabled);
+  at::autocast::set_autocast_dtype(device, s.dtype);
+#else
+  if (device == at::kCUDA) {
+    at::autocast::set_enabled(s.enabled);
+    at::autocast::set_autocast_gpu_dtype(s.dtype);
+  } else {
+    at::autocast::set_cpu_enabled(s.enabled);
+    at::autocast::set_autocast_cpu_dtype(s.dtype);
+  }
+#endif
+}
+
+}  // namespace areal::kernels::compat
