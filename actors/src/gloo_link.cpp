@@ -24,7 +24,12 @@ class authenticated_store final : public c10d::Store {
  public:
   authenticated_store(const std::string& host, uint16_t port, const std::string& secret,
                       std::chrono::milliseconds timeout)
-      : c10d::Store(timeout), client_(host, port, secret, timeout) {}
+      : c10d::Store(timeout), host_(host), port_(port), secret_(secret), client_(host, port, secret, timeout) {}
+  // LibTorch 2.x stores must clone themselves (a pure virtual there, absent in
+  // 1.13): declared without `override` so that it compiles against both.
+  c10::intrusive_ptr<c10d::Store> clone() {
+    return c10::make_intrusive<authenticated_store>(host_, port_, secret_, timeout_);
+  }
   void set(const std::string& key, const std::vector<uint8_t>& value) override { client_.set(key, value); }
   std::vector<uint8_t> get(const std::string& key) override { return client_.get(key, timeout_); }
   int64_t add(const std::string& key, int64_t value) override { return client_.add(key, value); }
@@ -37,6 +42,9 @@ class authenticated_store final : public c10d::Store {
   }
 
  private:
+  std::string host_;
+  uint16_t port_;
+  std::string secret_;
   store_client client_;
 };
 

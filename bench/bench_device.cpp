@@ -1,0 +1,295 @@
+// bench_device: the figures of a GPU check, measured on any device (cpu or
+// cuda[:N]) with the engine and trainer the job runs, each beside the ceiling
+// it is judged against, measured in the same run:
+//   (a) the engine's log-probabilities against a full forward pass (bfloat16);
+//   (b) decode tokens/s by batch, against the memory-bandwidth roofline: the
+//       bytes a step must read (the weights once, every sequence's keys and
+//       values) over the measured device copy rate ((read + write) bytes / s);
+//   (c) PPO training tokens/s, its model FLOP rate against the measured
+//       bfloat16 GEMM rate (FLOPs as bench_common.hpp's forward_flops, x3);
+//   (d) on a GPU, the host staging of a weight transfer (device -> pinned host
+//       -> device), the part of the host-staged path besides Gloo
+//       (bench_weight_sync measures Gloo itself).
+// Usage: bench_device [--device cpu|cuda[:N]] [--shape tiny|small|qwen2-0.5b]
+//        [--quick] [--json FILE] [--threads N]
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <random>
+
+#include <torch/version.h>
+
+#include <nlohmann/json.hpp>
+
+#include "areal/kernels/compute_threads.hpp"
+#include "areal/kernels/device.hpp"
+#include "bench_common.hpp"
+
+using namespace areal::kernels;
+using areal::bench::seconds_since;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+// Qwen2-0.5B's shape (its config.json), with random weights.
+model_config qwen2_half_b() {
+  model_config c;
+  c.vocab_size = 151936;
+  c.hidden_size = 896;
+  c.intermediate_size = 4864;
+  c.num_hidden_layers = 24;
+  c.num_attention_heads = 14;
+  c.num_key_value_heads = 2;
+  c.max_position_embeddings = 4096;
+  c.rope_theta = 1000000.0;
+  c.tie_word_embeddings = true;
+  return c;
+}
+
+model_config shape_named(const std::string& name) {
+  if (name == "qwen2-0.5b")
+    return qwen2_half_b();
+  auto c = preset(name, 1024);
+  c.max_position_embeddings = 4096;
+  return c;
+}
+
+// (read + write) bytes per second of a device-to-device copy of `bytes`.
+double copy_bandwidth(const at::Device& device, int64_t bytes, int reps) {
+  auto opts = at::TensorOptions().dtype(at::kFloat).device(device);
+  auto src = at::ones({bytes / 4}, opts), dst = at::empty({bytes / 4}, opts);
+  dst.copy_(src);
+  synchronize(device);
+  auto start = clock_type::now();
+  for (int i = 0; i < reps; ++i)
+    dst.copy_(src);
+  synchronize(device);
+  return 2.0 * static_cast<double>(bytes) * reps / seconds_since(start);
+}
+
+// FLOP/s of an n x n x n product in `type` on the device.
+double gemm_rate(const at::Device& device, at::ScalarType type, int64_t n, int reps) {
+  auto opts = at::TensorOptions().dtype(type).device(device);
+  auto a = at::randn({n, n}, opts), b = at::randn({n, n}, opts);
+  auto c = at::mm(a, b);
+  synchronize(device);
+  auto start = clock_type::now();
+  for (int i = 0; i < reps; ++i)
+    c = at::mm(a, b);
+  synchronize(device);
+  return 2.0 * static_cast<double>(n) * n * n * reps / seconds_since(start);
+}
+
+std::vector<int32_t> random_tokens(std::mt19937& rng, int64_t count, int64_t vocab) {
+  std::vector<int32_t> t;
+  for (int64_t i = 0; i < count; ++i)
+    t.push_back(static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab)));
+  return t;
+}
+
+// (a) Largest |engine log-prob - full forward log-prob| over a few sampled sequences.
+double engine_vs_forward(policy_model& model, int sequences, int64_t prompt, uint32_t new_tokens) {
+  std::mt19937 rng{3};
+  generation_engine engine(model, {sequences, prompt + new_tokens + 1, 1024});
+  for (int i = 0; i < sequences; ++i) {
+    generation_job j;
+    j.id = static_cast<uint64_t>(i);
+    j.prompt = random_tokens(rng, prompt, model.config().vocab_size);
+    j.sampling.max_new_tokens = new_tokens;
+    j.sampling.greedy = i % 2 == 0;
+    j.seed = 10 + static_cast<uint64_t>(i);
+    engine.submit(j);
+  }
+  double worst = 0;
+  at::NoGradGuard no_grad;
+  for (auto& out : engine.run_to_completion()) {
+    std::vector<int64_t> tokens(out.prompt.begin(), out.prompt.end());
+    tokens.insert(tokens.end(), out.tokens.begin(), out.tokens.end());
+    auto t = at::tensor(tokens, at::TensorOptions().dtype(at::kLong)).to(model.flat().device());
+    auto hidden = model.forward(t, {0, static_cast<int64_t>(tokens.size())});
+    auto rows = hidden.narrow(0, static_cast<int64_t>(out.prompt.size()) - 1, static_cast<int64_t>(out.tokens.size()));
+    auto logp = at::log_softmax(model.logits(rows).to(at::kFloat), -1);
+    auto picked = logp.gather(1, at::tensor(std::vector<int64_t>(out.tokens.begin(), out.tokens.end()),
+                                            at::TensorOptions().dtype(at::kLong).device(logp.device()))
+                                     .unsqueeze(1))
+                      .squeeze(1)
+                      .to(at::kCPU);
+    for (size_t k = 0; k < out.tokens.size(); ++k)
+      worst = std::max(worst, std::abs(static_cast<double>(out.logprobs[k]) - picked[static_cast<int64_t>(k)].item<double>()));
+  }
+  return worst;
+}
+
+struct decode_figures {
+  double tokens_per_s = 0, step_s = 0, roofline_step_s = 0;
+};
+
+// (b) Steady decoding of `batch` sequences (prefill excluded from the timing).
+decode_figures decode_rate(policy_model& model, int64_t batch, int64_t prompt, uint32_t new_tokens,
+                           double copy_bytes_per_s) {
+  std::mt19937 rng{static_cast<uint32_t>(batch)};
+  generation_engine engine(model, {batch, prompt + new_tokens + 1, 4096});
+  for (int64_t i = 0; i < batch; ++i) {
+    generation_job j;
+    j.id = static_cast<uint64_t>(i);
+    j.prompt = random_tokens(rng, prompt, model.config().vocab_size);
+    j.sampling.max_new_tokens = new_tokens;
+    j.seed = 100 + static_cast<uint64_t>(i);
+    engine.submit(j);
+  }
+  while (engine.counters().prefill_tokens < static_cast<uint64_t>(batch * prompt))
+    engine.step();
+  auto tokens_before = engine.counters().decode_tokens;
+  auto steps_before = engine.counters().steps;
+  auto start = clock_type::now();
+  while (!engine.idle())
+    engine.step();
+  double seconds = seconds_since(start);
+  auto tokens = static_cast<double>(engine.counters().decode_tokens - tokens_before);
+  auto steps = static_cast<double>(engine.counters().steps - steps_before);
+  // Bytes a step must read: every parameter once (the LM head is the tied
+  // embedding), and the keys and values of every sequence at its mean context.
+  auto& c = model.config();
+  double element = static_cast<double>(model.flat().element_size());
+  double weights = static_cast<double>(c.parameter_count()) * element;
+  double mean_context = static_cast<double>(prompt) + new_tokens / 2.0;
+  double kv = static_cast<double>(batch) * mean_context * c.num_hidden_layers * 2.0 * c.num_key_value_heads *
+              c.head_dim() * element;
+  return {tokens / seconds, seconds / steps, (weights + kv) / copy_bytes_per_s};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto device_name = areal::bench::take_flag(argc, argv, "--device", "cpu");
+  auto shape = areal::bench::take_flag(argc, argv, "--shape", "");
+  auto cli = areal::bench::parse_options(argc, argv, "bench_device [--device cpu|cuda[:N]] [--shape NAME]");
+  bool gpu = device_name != "cpu";
+  if (shape.empty())
+    shape = gpu ? "qwen2-0.5b" : "tiny";
+  set_compute_threads(cli.threads);
+  at::Device device = tensor_options(device_name, "float32").device();  // refuses cuda without CUDA, saying so
+  nlohmann::json out;
+  auto facts = probe_blas();
+  std::cout << "device: " << device_name << "; LibTorch " << TORCH_VERSION << (cuda_available() ? " with CUDA" : ", no CUDA")
+            << "; " << std::thread::hardware_concurrency() << " hardware threads; " << describe(facts) << "\n";
+  out["device"] = device_name;
+  out["libtorch"] = TORCH_VERSION;
+  out["cuda"] = cuda_available();
+  out["threads"] = facts.intra_op_threads;
+  out["shape"] = shape;
+
+  // Ceilings.
+  int64_t copy_bytes = gpu ? (int64_t{1} << 30) : (int64_t{256} << 20);
+  double copy = copy_bandwidth(device, copy_bytes, cli.quick ? 5 : 20);
+  int64_t n = gpu ? 8192 : (cli.quick ? 512 : 1024);
+  double bf16_gemm = gemm_rate(device, at::kBFloat16, n, gpu ? 50 : 3);
+  double f32_gemm = gemm_rate(device, at::kFloat, n, gpu ? 20 : 3);
+  std::cout << std::setprecision(4) << "ceilings: device copy " << copy / 1e9 << " GB/s ((read + write) bytes of a "
+            << (copy_bytes >> 20) << " MiB copy); GEMM " << n << "^3: bfloat16 " << bf16_gemm / 1e12
+            << " TFLOP/s, float32 " << f32_gemm / 1e12 << " TFLOP/s\n";
+  out["copy_gb_per_s"] = copy / 1e9;
+  out["gemm_tflops"] = {{"n", n}, {"bfloat16", bf16_gemm / 1e12}, {"float32", f32_gemm / 1e12}};
+
+  auto config = shape_named(shape);
+  std::cout << "model: " << shape << ", " << config.parameter_count() / 1e6 << " M parameters, vocabulary "
+            << config.vocab_size << ", random weights\n";
+
+  // (a) and (b): the rollout's model, parameters in bfloat16 on the device.
+  {
+    policy_model model(config, tensor_options(device_name, "bfloat16"));
+    model.init_random(1, 0.1);  // logits of a few units: rounding shows in (a) as it would in a trained model
+    double worst = engine_vs_forward(model, 4, 64, cli.quick ? 8 : 32);
+    const double tolerance = 0.1;  // bfloat16's 8-bit mantissa, cached vs full pass (test_device.cpp)
+    std::cout << "(a) engine vs full forward, bfloat16: largest log-prob difference " << worst << " (tolerance "
+              << tolerance << "): " << (worst <= tolerance ? "pass" : "FAIL") << "\n";
+    out["engine_vs_forward"] = {{"max_abs_logprob_diff", worst}, {"tolerance", tolerance}, {"pass", worst <= tolerance}};
+
+    std::vector<int64_t> batches = gpu ? std::vector<int64_t>{1, 4, 16, 64, 128, 256}
+                                       : (cli.quick ? std::vector<int64_t>{1, 16, 64} : std::vector<int64_t>{1, 4, 16, 64});
+    int64_t prompt = cli.quick ? 64 : 128;
+    uint32_t new_tokens = cli.quick ? 16 : 64;
+    std::cout << "(b) decode, prompt " << prompt << " + " << new_tokens
+              << " new tokens, against the roofline (weights + keys and values read once per step at the copy rate):\n";
+    for (auto batch : batches) {
+      auto f = decode_rate(model, batch, prompt, new_tokens, copy);
+      double efficiency = f.roofline_step_s / f.step_s;
+      std::cout << "  batch " << batch << ": " << f.tokens_per_s << " tokens/s, step " << f.step_s * 1e3
+                << " ms, roofline " << f.roofline_step_s * 1e3 << " ms, efficiency " << efficiency << "\n";
+      out["decode"].push_back({{"batch", batch},
+                               {"tokens_per_s", f.tokens_per_s},
+                               {"step_ms", f.step_s * 1e3},
+                               {"roofline_step_ms", f.roofline_step_s * 1e3},
+                               {"efficiency", efficiency}});
+    }
+  }
+
+  // (c) The trainer: float32 master weights and optimizer state on the device, bfloat16 products.
+  {
+    auto train_config = config;
+    train_config.compute_dtype = "bfloat16";
+    policy_model model(train_config, tensor_options(device_name, "float32"));
+    model.init_random(2, 0.02);
+    trainer_config tc;
+    tc.max_tokens_per_mb = gpu ? 16384 : 2048;
+    trainer t(model, tc);
+    int count = gpu ? 32 : 8;
+    int64_t prompt = gpu ? 256 : 32, response = gpu ? 768 : 96;
+    std::mt19937 rng{5};
+    std::vector<rl_sample> batch;
+    for (int i = 0; i < count; ++i) {
+      rl_sample s;
+      s.prompt = random_tokens(rng, prompt, config.vocab_size);
+      s.response = random_tokens(rng, response, config.vocab_size);
+      s.behaviour_logprobs.assign(static_cast<size_t>(response), -12.0f);
+      s.advantage = i % 2 ? 1.0 : -1.0;
+      batch.push_back(std::move(s));
+    }
+    t.ppo_update(batch);  // warm-up
+    synchronize(device);
+    int steps = cli.quick ? 1 : 3;
+    int64_t tokens = 0;
+    auto start = clock_type::now();
+    for (int i = 0; i < steps; ++i)
+      tokens += t.ppo_update(batch).tokens;
+    synchronize(device);
+    double seconds = seconds_since(start);
+    std::vector<int64_t> lengths(static_cast<size_t>(count), prompt + response);
+    double flops = 3.0 * areal::bench::forward_flops(config, lengths, count * response) * steps;  // forward + backward
+    double rate = flops / seconds;
+    std::cout << "(c) PPO step, " << count << " x (" << prompt << " + " << response << ") tokens: " << tokens / seconds
+              << " trained tokens/s, " << rate / 1e12 << " model TFLOP/s = " << rate / bf16_gemm
+              << " of the bfloat16 GEMM rate\n";
+    out["training"] = {{"trained_tokens_per_s", tokens / seconds},
+                       {"model_tflops", rate / 1e12},
+                       {"fraction_of_bf16_gemm", rate / bf16_gemm}};
+  }
+
+  // (d) Host staging of a weight transfer (device -> pinned host -> device).
+  if (device.is_cuda()) {
+    auto bytes = config.parameter_count() * 2;  // bfloat16 weights
+    auto on_device = at::empty({bytes}, at::TensorOptions().dtype(at::kByte).device(device));
+    auto host = at::empty({bytes}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
+    host.copy_(on_device);
+    synchronize(device);
+    auto start = clock_type::now();
+    host.copy_(on_device);
+    synchronize(device);
+    double d2h = static_cast<double>(bytes) / seconds_since(start);
+    start = clock_type::now();
+    on_device.copy_(host);
+    synchronize(device);
+    double h2d = static_cast<double>(bytes) / seconds_since(start);
+    std::cout << "(d) host staging of " << bytes / 1e6 << " MB of weights: device to pinned host " << d2h / 1e9
+              << " GB/s, back " << h2d / 1e9 << " GB/s (one GPU: NCCL needs two; Gloo: bench_weight_sync)\n";
+    out["staging"] = {{"bytes", bytes}, {"device_to_host_gb_per_s", d2h / 1e9}, {"host_to_device_gb_per_s", h2d / 1e9}};
+  } else {
+    std::cout << "(d) host staging: the weights are already in host memory on the CPU\n";
+  }
+
+  if (!cli.json_path.empty())
+    std::ofstream(cli.json_path) << out.dump(2) << "\n";
+  return 0;
+}

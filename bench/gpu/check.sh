@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# The GPU check, in one command, on a machine with an NVIDIA GPU, CUDA and
+# PyTorch but none of this project's Debian packages and no network:
+#   1. unpacks the .deb files of packages.txt (fetched beforehand by
+#      fetch-debs.sh into bench/gpu/debs/) under a prefix;
+#   2. builds the device check (AREAL_DEVICE_CHECK_ONLY: the libraries up to
+#      kernels, test_device, bench_device) against PyTorch's LibTorch;
+#   3. runs test_device on the GPU and bench_device's figures;
+#   4. prints one JSON (also written to WORK/check.json).
+# Usage: bash bench/gpu/check.sh [--device cuda|cuda:N|cpu] [--debs DIR] [--work DIR]
+#                                [--torch-dir DIR] [--quick]
+# --device cpu runs every step but the GPU's own (how it is tested without one).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+device=cuda
+debs="$root/bench/gpu/debs"
+work=/tmp/areal-gpu-check
+torch_dir=""
+quick=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --device) device="$2"; shift 2 ;;
+    --debs) debs="$2"; shift 2 ;;
+    --work) work="$2"; shift 2 ;;
+    --torch-dir) torch_dir="$2"; shift 2 ;;
+    --quick) quick=(--quick); shift ;;
+    *) echo "usage: $0 [--device cuda|cuda:N|cpu] [--debs DIR] [--work DIR] [--torch-dir DIR] [--quick]" >&2; exit 2 ;;
+  esac
+done
+started=$(date +%s)
+say() { echo "check.sh: $*" >&2; }
+fail() { say "$*"; exit 1; }
+
+# -- 0. Tools this machine must have.
+missing=()
+for tool in cmake c++ tar xz ar; do
+  command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
+done
+[ -n "$torch_dir" ] || command -v python3 >/dev/null 2>&1 || missing+=("python3 (or --torch-dir)")
+[ ${#missing[@]} -eq 0 ] || fail "missing tools: ${missing[*]}; install them (they come with any CUDA development setup)"
+[ -f "$root/runtime/report/node_modules/uplot/dist/uPlot.iife.min.js" ] ||
+  fail "runtime/report/node_modules/uplot is missing: the report page compiles it in; bring that folder from the development machine (where .ci/setup ran npm ci)"
+generator=("Unix Makefiles")
+command -v ninja >/dev/null 2>&1 && generator=(Ninja)
+
+# -- 1. The Debian packages, unpacked under WORK/prefix.
+prefix="$work/prefix"
+mapfile -t packages < <(grep -v '^\s*\(#\|$\)' "$root/bench/gpu/packages.txt")
+absent=()
+for p in "${packages[@]}"; do
+  compgen -G "$debs/${p}_*.deb" >/dev/null || absent+=("$p")
+done
+[ ${#absent[@]} -eq 0 ] || fail "no .deb in $debs for: ${absent[*]}. On a Debian 12 machine run: bash bench/gpu/fetch-debs.sh, and bring bench/gpu/debs/ here"
+rm -rf "$prefix"
+mkdir -p "$prefix"
+for p in "${packages[@]}"; do
+  deb=$(compgen -G "$debs/${p}_*.deb" | head -n 1)
+  if command -v dpkg-deb >/dev/null 2>&1; then
+    dpkg-deb -x "$deb" "$prefix"
+  else
+    # A .deb is an ar archive; its files are in data.tar.* (xz in Debian 12).
+    member=$(ar t "$deb" | grep '^data\.tar')
+    ar p "$deb" "$member" | tar -x -J -C "$prefix"
+  fi
+done
+arch_lib="$prefix/usr/lib/x86_64-linux-gnu"
+# Debian's .pc files say prefix=/usr (pkgconf is told the real one below); its packaging links
+# some development names absolutely (/lib/...): point them into the prefix.
+for link in "$arch_lib"/*.so; do
+  target=$(readlink "$link" || true)
+  case "$target" in /*) ln -sfn "$prefix$target" "$link" ;; esac
+done
+export LD_LIBRARY_PATH="$arch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# Libraries linked by bare name (xxhash, pcre2-8) and their headers.
+export LIBRARY_PATH="$arch_lib${LIBRARY_PATH:+:$LIBRARY_PATH}"
+export CPATH="$prefix/usr/include${CPATH:+:$CPATH}"
+export PKG_CONFIG_LIBDIR="$arch_lib/pkgconfig:$prefix/usr/share/pkgconfig"
+say "unpacked ${#packages[@]} packages under $prefix"
+
+# -- 2. LibTorch: PyTorch's, or the one named.
+if [ -z "$torch_dir" ]; then
+  torch_dir=$(python3 -c 'import os, torch; print(os.path.join(torch.utils.cmake_prefix_path, "Torch"))') ||
+    fail "python3 cannot import torch; name a LibTorch with --torch-dir DIR (the folder of TorchConfig.cmake)"
+  abi=$(python3 -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))')
+  [ "$abi" = 1 ] || fail "this PyTorch ($(python3 -c 'import torch; print(torch.__version__)')) uses the pre-C++11 ABI; Debian's libraries use the C++11 ABI. Use PyTorch 2.7 or newer, or a cxx11-ABI LibTorch with --torch-dir"
+fi
+[ -f "$torch_dir/TorchConfig.cmake" ] || fail "no TorchConfig.cmake in $torch_dir"
+say "LibTorch: $torch_dir"
+
+# -- 3. Build the device check.
+build="$work/build"
+rm -f "$build/CMakeCache.txt"  # an earlier configure's cached look-ups would hide a changed prefix
+cmake -S "$root" -B "$build" -G "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DAREAL_DEVICE_CHECK_ONLY=ON \
+  -DCMAKE_LIBRARY_ARCHITECTURE=x86_64-linux-gnu "-DCMAKE_PREFIX_PATH=$prefix/usr" -DTorch_DIR="$torch_dir" \
+  -DPKG_CONFIG_EXECUTABLE="$prefix/usr/bin/pkgconf" "-DPKG_CONFIG_ARGN=--define-variable=prefix=$prefix/usr" \
+  -DCMAKE_CXX_COMPILER_LAUNCHER= >"$work/configure.log" 2>&1 || { tail -n 30 "$work/configure.log" >&2; fail "configure failed (all of it: $work/configure.log)"; }
+grep -E "LibTorch|NCCL" "$work/configure.log" | sed 's/^-- /check.sh: /' >&2 || true
+cmake --build "$build" -j "$(nproc)" --target test_device bench_device >"$work/build.log" 2>&1 ||
+  { grep -E "error|undefined reference" "$work/build.log" | head -n 20 >&2; fail "build failed (all of it: $work/build.log)"; }
+built=$(date +%s)
+say "built in $((built - started)) s"
+
+# -- 4. Run: the tests on the device, then the figures.
+tests_result=passed
+AREAL_TEST_DEVICE="$device" "$build/tests/test_device" >"$work/test_device.log" 2>&1 || tests_result=$?
+case "$tests_result" in
+  passed) ;;
+  77) tests_result=skipped ;;
+  *) tests_result=failed; tail -n 30 "$work/test_device.log" >&2 ;;
+esac
+say "test_device on $device: $tests_result"
+"$build/bench/bench_device" --device "$device" "${quick[@]}" --json "$work/bench_device.json" | tee "$work/bench_device.log" >&2 ||
+  fail "bench_device failed (its output: $work/bench_device.log)"
+
+finished=$(date +%s)
+{
+  echo "{"
+  echo "  \"device\": \"$device\","
+  echo "  \"torch_dir\": \"$torch_dir\","
+  echo "  \"test_device\": \"$tests_result\","
+  echo "  \"build_seconds\": $((built - started)),"
+  echo "  \"seconds\": $((finished - started)),"
+  echo "  \"not_run\": {\"nccl_transfer\": \"needs two GPUs (NCCL refuses two ranks on one GPU); (d) measures the host staging\", \"async_vs_sync\": \"the RL job runs on the CPU only in this build (model.device)\"},"
+  echo "  \"bench_device\": $(cat "$work/bench_device.json")"
+  echo "}"
+} >"$work/check.json"
+cat "$work/check.json"
