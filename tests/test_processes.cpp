@@ -168,6 +168,22 @@ TEST_CASE("bad configuration exits 2 before starting anything") {
   CHECK_FALSE(std::filesystem::exists(dir.path / "runs"));
 }
 
+#ifdef AREAL_TORCH_CUDA
+constexpr bool torch_has_cuda = true;
+#else
+constexpr bool torch_has_cuda = false;
+#endif
+
+TEST_CASE("a model device this LibTorch lacks is refused at the start, saying what to use" *
+          doctest::skip(torch_has_cuda)) {
+  scratch_dir dir{"nodevice"};
+  node_process run(ci_sized_default({"--set", "model.device=\"cuda:0\""}), dir.path / "out.log", dir.path);
+  CHECK_MESSAGE(run.wait_exit(30s) == 2, run.log());
+  CHECK(run.log().find("model device \"cuda:0\" asked for, but this LibTorch build has no CUDA") != std::string::npos);
+  CHECK(run.log().find("use model.device = \"cpu\"") != std::string::npos);
+  CHECK(run.log().find("held-out greedy accuracy") == std::string::npos);  // nothing ran
+}
+
 TEST_CASE("a port in use is reported with what to do") {
   two_nodes t{"port-in-use", 600};
   auto head = t.start("head");

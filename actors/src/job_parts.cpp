@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "areal/actors/rollout.hpp"
+#include "areal/kernels/device.hpp"
 
 namespace fs = std::filesystem;
 
@@ -23,7 +24,7 @@ namespace {
 
 // A copy of the policy's parameters in a model of its own.
 std::shared_ptr<kernels::policy_model> policy_copy(const model_parts& m) {
-  auto copy = std::make_shared<kernels::policy_model>(m.config);
+  auto copy = std::make_shared<kernels::policy_model>(m.config, m.policy->options());
   copy->flat().copy_(m.policy->flat());
   return copy;
 }
@@ -32,6 +33,9 @@ std::shared_ptr<kernels::policy_model> policy_copy(const model_parts& m) {
 
 model_parts make_model(const run_config& c) {
   model_parts m;
+  // The parameters (float32 master weights) on model.device; refused here, before
+  // anything runs, where this LibTorch has no such device.
+  auto master = kernels::tensor_options(c.model.device, "float32");
   auto data = std::make_shared<job_datasets>(read_datasets(c));
   if (!c.model.path.empty()) {
     auto tokenizer_file = fs::path{c.model.path} / "tokenizer.json";
@@ -40,7 +44,7 @@ model_parts make_model(const run_config& c) {
                       ": no tokenizer.json; a model directory needs config.json, weights and "
                       "tokenizer.json");
     m.tokenizer = std::make_shared<const kernels::tokenizer>(kernels::tokenizer::load(tokenizer_file.string()));
-    m.policy = std::make_shared<kernels::policy_model>(kernels::policy_model::load(c.model.path));
+    m.policy = std::make_shared<kernels::policy_model>(kernels::policy_model::load(c.model.path, master));
     m.config = m.policy->config();
   } else {
     // Agent runs chat: a preset gets the ChatML tokens (chat_template.hpp).
@@ -51,7 +55,7 @@ model_parts make_model(const run_config& c) {
         kernels::tokenizer::character_level(data_alphabet(c, *data), specials));
     m.config = kernels::preset(c.model.preset, m.tokenizer->vocab_size());
     m.config.max_position_embeddings = 1024;
-    m.policy = std::make_shared<kernels::policy_model>(m.config);
+    m.policy = std::make_shared<kernels::policy_model>(m.config, master);
     m.policy->init_random(stream_seed(c.run.seed, 4));
   }
   // Parameters stay float32 (the master weights); model.dtype sets the precision of the matrix products.
@@ -195,7 +199,7 @@ std::shared_ptr<kernels::policy_model> reference_policy(const std::filesystem::p
                                                         const model_parts& m) {
   auto kept = run_dir / "sft_model";
   if (resumed && fs::exists(kept / "config.json"))
-    return std::make_shared<kernels::policy_model>(kernels::policy_model::load(kept.string()));
+    return std::make_shared<kernels::policy_model>(kernels::policy_model::load(kept.string(), m.policy->options()));
   return policy_copy(m);
 }
 

@@ -34,7 +34,10 @@ local_weights current_weights(trainer_pointer self) {
   auto& st = self->state;
   if (!st.snapshot) {
     tracer::scope span{st.setup.trace.get(), "trainer", "weight sync"};
-    st.snapshot = std::make_shared<const at::Tensor>(st.setup.model->flat().detach().clone());
+    // In host memory, whatever model.device: the weight links send host bytes,
+    // and a rollout engine copies them onto its own device.
+    auto& flat = st.setup.model->flat();
+    st.snapshot = std::make_shared<const at::Tensor>(flat.detach().to(flat.options().device(at::kCPU), false, true));
   }
   return {st.trainer->policy_version(), st.snapshot};
 }

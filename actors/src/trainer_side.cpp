@@ -43,7 +43,9 @@ trainer_side spawn_trainer_side(caf::actor_system& sys, const run_config& c, con
     side.publisher = spawn_weight_publisher(sys, ps);
     // The current weights first, for the nodes that join.
     caf::scoped_actor boot{sys};
-    local_weights initial{s.initial_version, std::make_shared<const at::Tensor>(m.policy->flat().clone())};
+    auto& flat = m.policy->flat();  // a host copy, as every published version (trainer_actor.cpp)
+    local_weights initial{s.initial_version,
+                          std::make_shared<const at::Tensor>(flat.detach().to(flat.options().device(at::kCPU), false, true))};
     auto failed = [](caf::error& err) { spdlog::warn("weight publisher: {}", describe(err)); };
     boot->request(side.publisher, ps.timeout, publish_atom::value, initial)
         .receive([](std::vector<weight_delivery>&) {}, failed);

@@ -22,7 +22,7 @@ at::TensorOptions tensor_options(const std::string& device, const std::string& d
     if (!cuda_available())
       throw format_error(
           "model device \"" + device +
-          "\" asked for, but this LibTorch build has no CUDA (or no GPU is visible); use device = \"cpu\"");
+          "\" asked for, but this LibTorch build has no CUDA (or no GPU is visible); use model.device = \"cpu\"");
     int index = 0;
     if (device.size() > 5 && device[4] == ':')
       index = std::stoi(device.substr(5));

@@ -83,6 +83,11 @@ bool all_digits(const std::string& s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
+// model.device as kernels::tensor_options reads it: cpu, cuda or cuda:N.
+bool valid_device_name(const std::string& d) {
+  return d == "cpu" || d == "cuda" || (d.rfind("cuda:", 0) == 0 && all_digits(d.substr(5)));
+}
+
 }  // namespace
 
 void apply_override(toml::table& root, const std::string& text, context& ctx) {
@@ -340,11 +345,12 @@ void check_rules(toml::table& root, context& ctx) {
                    "\" (its tasks are generated); remove it, or set kind = \"jsonl\"");
   }
 
-  // Keys whose every value this build cannot honour are refused, never ignored.
+  // Whether this LibTorch has the device is known when the model is made (the
+  // run's start): here, only the spelling.
   auto device = root["model"]["device"].value<std::string>();
-  if (device && *device != "cpu")
+  if (device && !valid_device_name(*device))
     ctx.fail(ctx.where(root["model"]["device"].node()), "model.device",
-             "\"" + *device + "\": this build runs the model on the CPU only; use \"cpu\"");
+             "\"" + *device + "\" is no device; use \"cpu\", \"cuda\" or \"cuda:N\" (N: the GPU's index)");
   auto dtype = root["model"]["dtype"].value<std::string>();
   if (dtype && *dtype == "float16")
     ctx.fail(ctx.where(root["model"]["dtype"].node()), "model.dtype",

@@ -195,7 +195,8 @@ std::vector<section> make_table() {
                    optional_path("path", &c::model, &model_spec::path,
                                  "Hugging Face model directory to load, or - for a fresh preset"),
                    text("device", &c::model, &model_spec::device,
-                        "where the model runs; this build runs it on cpu only (GPUs: a later release)"),
+                        "where the model runs: cpu, or cuda / cuda:N with a LibTorch built with CUDA (refused at "
+                        "the start where it has none); weights travel between nodes through host memory"),
                    text("dtype", &c::model, &model_spec::dtype,
                         "precision of the matrix products: float32, or bfloat16 (parameters, optimizer state, "
                         "norms and softmax stay float32); float16 is refused on CPU",
