@@ -64,8 +64,9 @@ struct cluster {
     settings = micro_run(steps);
     settings.push_back("rl.checkpoint_every=4");
     settings.push_back("eval.every=0");
-    for (auto& n : nodes)
-      settings.push_back("nodes." + n + ".port=" + std::to_string(free_port()));
+    auto ports = free_ports(nodes.size());
+    for (size_t i = 0; i < nodes.size(); ++i)
+      settings.push_back("nodes." + nodes[i] + ".port=" + std::to_string(ports[i]));
     // The topology asks for mutual TLS: the cluster's certificates first, as a user makes them.
     node_process certs({"--config", AREAL_SOURCE_DIR "/configs/four_nodes.toml", "--make-certs"},
                        dir.path / "certs.log", dir.path);

@@ -55,18 +55,32 @@ inline std::string read_text(const std::filesystem::path& p) {
   return out.str();
 }
 
+/// `count` distinct loopback ports that were free a moment ago: all are held at
+/// once while they are chosen, so that no two are the same (ports chosen one
+/// after another, each released before the next, once clashed).
+inline std::vector<uint16_t> free_ports(size_t count) {
+  std::vector<int> held;
+  std::vector<uint16_t> ports;
+  for (size_t i = 0; i < count; ++i) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    socklen_t len = sizeof(addr);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    held.push_back(fd);
+    ports.push_back(ntohs(addr.sin_port));
+  }
+  for (int fd : held)
+    close(fd);
+  return ports;
+}
+
 /// A loopback port that was free a moment ago.
 inline uint16_t free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
+  return free_ports(1).front();
 }
 
 /// The single-node default (configs/single_node.toml) made CI-sized, with `more` arguments after it.

@@ -180,8 +180,10 @@ TEST_CASE("three processes, the trainer on a node of its own, run the RL job and
   auto settings = micro_run(40);
   settings.push_back("rl.checkpoint_every=8");
   settings.push_back("eval.every=8");
+  auto ports = free_ports(3);
+  int index = 0;
   for (auto n : {"head", "trainer", "worker"})
-    settings.push_back(std::string{"nodes."} + n + ".port=" + std::to_string(free_port()));
+    settings.push_back(std::string{"nodes."} + n + ".port=" + std::to_string(ports[index++]));
   std::vector<std::unique_ptr<node_process>> procs;
   for (auto n : {"head", "trainer", "worker"}) {
     std::vector<std::string> args{"--config", AREAL_SOURCE_DIR "/configs/three_nodes.toml", "--node", n};

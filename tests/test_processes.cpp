@@ -24,11 +24,16 @@ std::string topology(uint16_t head_port, uint16_t worker_port, double hold_s = 0
          std::to_string(worker_port) + "\nroles = [\"rollout\", \"reward\"]\n";
 }
 
+std::string two_free_ports_topology(double hold_s = 0) {
+  auto ports = free_ports(2);
+  return topology(ports[0], ports[1], hold_s);
+}
+
 struct two_nodes {
   scratch_dir dir;
   std::string config;
   explicit two_nodes(const std::string& name, double hold_s = 0)
-      : dir(name), config(dir.write("topology.toml", topology(free_port(), free_port(), hold_s))) {}
+      : dir(name), config(dir.write("topology.toml", two_free_ports_topology(hold_s))) {}
   std::unique_ptr<node_process> start(const std::string& node, std::vector<std::string> extra = {}) {
     std::vector<std::string> args{"--config", config, "--node", node};
     args.insert(args.end(), extra.begin(), extra.end());
@@ -204,7 +209,7 @@ struct tls_pair {
   scratch_dir dir;
   std::string config;
   explicit tls_pair(const std::string& name) : dir(name) {
-    auto text = topology(free_port(), free_port());
+    auto text = two_free_ports_topology();
     auto at = text.find("security = \"plain\"");
     text.replace(at, std::string{"security = \"plain\""}.size(), "security = \"tls\"\ncerts_dir = \"certs\"");
     config = dir.write("topology.toml", text);

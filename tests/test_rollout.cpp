@@ -128,9 +128,12 @@ TEST_CASE("weights sent to the worker are used from the next step on") {
           },
           [](caf::error& e) { FAIL(describe(e)); });
   // Mid-stream: each trajectory's versions never go back and end at the newest.
+  // The new weights are made before the requests go out: made between them, they
+  // once arrived after a request had generated all its tokens (a loaded machine).
+  auto newest = std::make_shared<const at::Tensor>(f.model(3)->flat().clone());
   for (uint64_t i = 0; i < 6; ++i)
     self->send(worker, *pack(request(i, 40)));
-  self->send(worker, local_weights{6, std::make_shared<const at::Tensor>(f.model(3)->flat().clone())});
+  self->send(worker, local_weights{6, newest});
   for (int i = 0; i < 6; ++i)
     self->receive(
         [&](packed<trajectory>& t, std::string&) {

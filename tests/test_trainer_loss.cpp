@@ -27,8 +27,10 @@ struct three_nodes {
     settings.push_back("eval.every=0");
     settings.push_back("cluster.trainer_rejoin_s=60");
     settings.push_back("rl.record_trajectories=true");
+    auto ports = free_ports(3);
+    int index = 0;
     for (auto n : {"head", "trainer", "worker"})
-      settings.push_back(std::string{"nodes."} + n + ".port=" + std::to_string(free_port()));
+      settings.push_back(std::string{"nodes."} + n + ".port=" + std::to_string(ports[index++]));
   }
 
   std::unique_ptr<node_process> start(const std::string& node, const std::string& log) {
