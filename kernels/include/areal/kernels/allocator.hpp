@@ -13,6 +13,17 @@ namespace areal::kernels {
 /// tokens/s with the defaults, 528 with these settings (and 622 with the
 /// GLIBC_TUNABLES mmap_threshold raised to 4 GiB, which mallopt cannot do; 300
 /// with jemalloc preloaded). The cost: the process keeps its peak heap.
+/// Two arenas (M_ARENA_MAX): with glibc's default of an arena per thread (up to
+/// 8 per core) the job's threads kept touching fresh pages: bench_async_vs_sync
+/// --quick --workload long-tail (small preset, 9 jobs) made 7.3 M minor page
+/// faults and spent 129 s of system CPU against 243 s of user (strace: 1,278
+/// munmap calls, 1.8 s inside them); its synchronous run trained 37 tokens/s.
+/// With two arenas, two runs: 4.6 and 3.9 M faults, 33 and 50 s system against
+/// 249 and 232 s user, 107 and 104 tokens/s (one arena: 3.1 M, 27 s, 120 tokens/s, but the demo's RL phase, whose
+/// rollout and trainer threads allocate at once, ran 40-42 s against 34 s; with
+/// two 35-36 s). Which glibc path unmaps the pages was not pinned down: a
+/// 64 MiB top pad (no thread heap unmapped when empty) and no trimming at all
+/// each left the faults as they were.
 /// Call once, early in main.
 /// Returns a description of what was set, for the benchmarks' fact lines.
 std::string tune_allocator();
