@@ -196,8 +196,9 @@ int main(int argc, char** argv) {
   at::Device device = tensor_options(device_name, "float32").device();  // refuses cuda without CUDA, saying so
   nlohmann::json out;
   auto facts = probe_blas();
-  std::cout << "device: " << device_name << "; LibTorch " << TORCH_VERSION << (cuda_available() ? " with CUDA" : ", no CUDA")
-            << "; " << std::thread::hardware_concurrency() << " hardware threads; " << describe(facts) << "\n";
+  std::cout << "device: " << device_name << "; LibTorch " << TORCH_VERSION
+            << (cuda_available() ? " with CUDA" : ", no CUDA") << "; " << std::thread::hardware_concurrency()
+            << " hardware threads; " << describe(facts) << "\n";
   out["device"] = device_name;
   out["libtorch"] = TORCH_VERSION;
   out["cuda"] = cuda_available();
@@ -240,14 +241,15 @@ int main(int argc, char** argv) {
     auto a = engine_vs_forward(model, 4, 64, cli.quick ? 8 : 32);
     double bound = 1.5 * a.full_mean + 1e-3;
     bool pass = a.engine_mean <= bound;
-    std::cout << "(a) bfloat16 engine vs a float32 full pass of the same weights: mean log-prob error "
-              << a.engine_mean << "; a bfloat16 full pass's " << a.full_mean << "; bound " << bound << ": "
-              << (pass ? "pass" : "FAIL") << "\n";
+    std::cout << "(a) bfloat16 engine vs a float32 full pass of the same weights: mean log-prob error " << a.engine_mean
+              << "; a bfloat16 full pass's " << a.full_mean << "; bound " << bound << ": " << (pass ? "pass" : "FAIL")
+              << "\n";
     out["engine_vs_forward"]["bfloat16"] = {
         {"engine_mean_error", a.engine_mean}, {"full_pass_mean_error", a.full_mean}, {"bound", bound}, {"pass", pass}};
 
-    std::vector<int64_t> batches = gpu ? std::vector<int64_t>{1, 4, 16, 64, 128, 256}
-                                       : (cli.quick ? std::vector<int64_t>{1, 16, 64} : std::vector<int64_t>{1, 4, 16, 64});
+    std::vector<int64_t> batches =
+        gpu ? std::vector<int64_t>{1, 4, 16, 64, 128, 256}
+            : (cli.quick ? std::vector<int64_t>{1, 16, 64} : std::vector<int64_t>{1, 4, 16, 64});
     int64_t prompt = cli.quick ? 64 : 128;
     uint32_t new_tokens = cli.quick ? 16 : 64;
     std::cout << "(b) decode, prompt " << prompt << " + " << new_tokens

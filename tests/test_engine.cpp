@@ -311,9 +311,9 @@ TEST_CASE("top-p over a wide nucleus (more candidates than the first selection) 
     beyond_first_selection += s.token >= 64;
     CHECK(std::abs(s.logprob - std::log(p[s.token])) < 1e-4);
   }
-  CHECK(highest < nucleus);               // nothing outside the nucleus
-  CHECK(highest > nucleus - 50);          // and its far end is reached
-  CHECK(beyond_first_selection > 2000);   // most of its mass lies past the first 64 tokens
+  CHECK(highest < nucleus);              // nothing outside the nucleus
+  CHECK(highest > nucleus - 50);         // and its far end is reached
+  CHECK(beyond_first_selection > 2000);  // most of its mass lies past the first 64 tokens
 }
 
 TEST_CASE("the sampler on the logits' device draws what the CPU loop draws, row by row") {

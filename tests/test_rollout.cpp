@@ -213,8 +213,8 @@ TEST_CASE("rl.interruption and rl.prompt_pool_tokens reach the rollout workers' 
   m.config.max_position_embeddings = 512;
   run_config c;
   CHECK(job::rollout_engine(c, m).interruption == interruption_mode::reprefill);  // the default
-  for (auto [name, mode] : {std::pair{"keep_cache", interruption_mode::keep_cache},
-                            std::pair{"wait", interruption_mode::wait}}) {
+  for (auto [name, mode] :
+       {std::pair{"keep_cache", interruption_mode::keep_cache}, std::pair{"wait", interruption_mode::wait}}) {
     c.rl.interruption = name;
     CHECK(job::rollout_engine(c, m).interruption == mode);
   }
@@ -235,7 +235,7 @@ TEST_CASE("a rollout worker hands a checkpoint its work in flight, and a worker 
   auto worker = f.spawn(f.model(1));
   std::atomic<bool> release{false};
   auto pool = holding_pool(f, release);  // held until the test has looked
-  struct release_at_exit {  // a failed check must not leave the pool holding for 30 s
+  struct release_at_exit {               // a failed check must not leave the pool holding for 30 s
     std::atomic<bool>& release;
     ~release_at_exit() { release = true; }
   } release_guard{release};

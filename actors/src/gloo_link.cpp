@@ -89,7 +89,8 @@ gloo_rendezvous::gloo_rendezvous(const std::string& host, std::chrono::milliseco
   rethrow_as_runtime_error("cannot start the Gloo rendezvous", [&] {
     impl_->secret = make_store_secret();
     // A peer gets at most this long to prove the secret before it is turned away.
-    impl_->server = std::make_unique<store_server>(host, impl_->secret, std::min(timeout, std::chrono::milliseconds(5000)));
+    impl_->server =
+        std::make_unique<store_server>(host, impl_->secret, std::min(timeout, std::chrono::milliseconds(5000)));
     return 0;
   });
 }
@@ -112,8 +113,8 @@ gloo_link::gloo_link(gloo_rendezvous& rendezvous, const std::string& prefix, std
     : impl_(std::make_unique<impl>()) {
   impl_->timeout = timeout;
   impl_->group = rethrow_as_runtime_error("cannot open the Gloo link (sending side)", [&] {
-    auto store = c10::make_intrusive<authenticated_store>(rendezvous.host(), rendezvous.port(), rendezvous.secret(),
-                                                          timeout);
+    auto store =
+        c10::make_intrusive<authenticated_store>(rendezvous.host(), rendezvous.port(), rendezvous.secret(), timeout);
     return make_group(store, prefix, 0, rendezvous.host(), timeout);
   });
 }

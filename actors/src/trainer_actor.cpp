@@ -1,8 +1,8 @@
 // The trainer actor's behaviour: group advantages, one decoupled-PPO update per
 // batch, and a snapshot of the new weights for the rollout workers.
 #include "areal/actors/trainer_actor.hpp"
-#include "areal/kernels/compute_threads.hpp"
 #include "areal/actors/exception_guard.hpp"
+#include "areal/kernels/compute_threads.hpp"
 
 #include "areal/actors/run_checkpoint.hpp"
 

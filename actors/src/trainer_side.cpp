@@ -9,11 +9,11 @@
 #include <algorithm>
 #include <thread>
 
-#include "areal/kernels/compute_threads.hpp"
 #include "areal/actors/reward_pool.hpp"
 #include "areal/actors/sample_store.hpp"
 #include "areal/actors/trainer_actor.hpp"
 #include "areal/actors/weight_transport.hpp"
+#include "areal/kernels/compute_threads.hpp"
 #include "areal/kernels/trainer.hpp"
 #include "areal/runtime/log.hpp"
 #include "job_parts.hpp"
@@ -44,8 +44,8 @@ trainer_side spawn_trainer_side(caf::actor_system& sys, const run_config& c, con
     // The current weights first, for the nodes that join.
     caf::scoped_actor boot{sys};
     auto& flat = m.policy->flat();  // a host copy, as every published version (trainer_actor.cpp)
-    local_weights initial{s.initial_version,
-                          std::make_shared<const at::Tensor>(flat.detach().to(flat.options().device(at::kCPU), false, true))};
+    local_weights initial{s.initial_version, std::make_shared<const at::Tensor>(
+                                                 flat.detach().to(flat.options().device(at::kCPU), false, true))};
     auto failed = [](caf::error& err) { spdlog::warn("weight publisher: {}", describe(err)); };
     boot->request(side.publisher, ps.timeout, publish_atom::value, initial)
         .receive([](std::vector<weight_delivery>&) {}, failed);
@@ -164,16 +164,17 @@ std::pair<trainer_side, controller_checkpoint> rejoined_trainer_side(caf::actor_
   auto last = kernels::trainer::complete_checkpoint((run_dir / "checkpoint").string());
   if (last.empty())
     throw job_error("the trainer's node was lost before the first checkpoint: there is nothing to go back to");
-  spdlog::warn("{}: waiting up to {} s for the trainer's node to join again (cluster.trainer_rejoin_s); the run "
-               "goes back to {} then",
-               why, c.cluster.trainer_rejoin_s, last);
+  spdlog::warn(
+      "{}: waiting up to {} s for the trainer's node to join again (cluster.trainer_rejoin_s); the run "
+      "goes back to {} then",
+      why, c.cluster.trainer_rejoin_s, last);
   auto record = controller_checkpoint::load(last);
   check_resume_state(record, last, c);
   // The node actor may still hand the request to the lost node's members
   // (it learns of the loss a moment later): refused, it is asked again.
   using clock = std::chrono::steady_clock;
-  auto until = clock::now() + std::chrono::duration_cast<clock::duration>(
-                                  std::chrono::duration<double>(c.cluster.trainer_rejoin_s));
+  auto until = clock::now() +
+               std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(c.cluster.trainer_rejoin_s));
   for (;;) {
     try {
       auto left_s = std::max(0.001, std::chrono::duration<double>(until - clock::now()).count());

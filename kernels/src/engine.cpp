@@ -7,8 +7,8 @@
 #include "cpu_kernels.hpp"
 
 #include <algorithm>
-#include <functional>
 #include <chrono>
+#include <functional>
 #include <mutex>
 #include <stdexcept>
 

@@ -1,8 +1,8 @@
 #include "areal/kernels/model.hpp"
-#include "areal/kernels/precision.hpp"
-#include "cpu_kernels.hpp"
 #include "areal/kernels/fused_layers.hpp"
+#include "areal/kernels/precision.hpp"
 #include "areal/runtime/files.hpp"
+#include "cpu_kernels.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -425,8 +425,9 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
   bool any_shared = std::any_of(decode_shared.begin(), decode_shared.end(), [](int64_t n) { return n > 0; });
   // The CPU's decode-attention kernel (cpu_kernels.hpp) serves float32 caches on
   // the CPU while the CPU loops are on; the ATen path below it everything else.
-  bool cpu_kernel = fused::enabled() && (cache.keys.empty() || (cache.keys[0].scalar_type() == at::kFloat &&
-                                                                cache.keys[0].device().is_cpu()));
+  bool cpu_kernel =
+      fused::enabled() &&
+      (cache.keys.empty() || (cache.keys[0].scalar_type() == at::kFloat && cache.keys[0].device().is_cpu()));
 
   auto tokens = at::tensor(input.tokens, long_opts).to(device);
   auto positions = at::tensor(pos_of, long_opts).to(device);
@@ -483,10 +484,8 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
       auto& pk = cache.pool_keys[l];
       auto& pv = cache.pool_values[l];
       auto fills = total - slot_tokens;
-      pk.view({-1, d}).index_copy_(
-          0, pool_rows, k.narrow(0, slot_tokens, fills).reshape({-1, d}).to(pk.scalar_type()));
-      pv.view({-1, d}).index_copy_(
-          0, pool_rows, v.narrow(0, slot_tokens, fills).reshape({-1, d}).to(pv.scalar_type()));
+      pk.view({-1, d}).index_copy_(0, pool_rows, k.narrow(0, slot_tokens, fills).reshape({-1, d}).to(pk.scalar_type()));
+      pv.view({-1, d}).index_copy_(0, pool_rows, v.narrow(0, slot_tokens, fills).reshape({-1, d}).to(pv.scalar_type()));
     }
     // A slot's context keys and values [kv_heads, upto, head_dim]: its pool prefix, then its own rows.
     auto context = [&](int64_t slot, int64_t upto) {
@@ -501,9 +500,8 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
     auto attn = at::empty({total, config_.num_attention_heads * d}, x.options());
     if (!decode_rows.empty() && cpu_kernel) {
       auto n = static_cast<int64_t>(decode_rows.size());
-      auto qd = (all_decode_in_order ? q.narrow(0, 0, n) : q.index_select(0, decode_row_index))
-                    .to(at::kFloat)
-                    .contiguous();
+      auto qd =
+          (all_decode_in_order ? q.narrow(0, 0, n) : q.index_select(0, decode_row_index)).to(at::kFloat).contiguous();
       auto out = at::empty({n, config_.num_attention_heads * d}, qd.options());
       cpu::decode_attention_args a;
       a.q = qd.data_ptr<float>();

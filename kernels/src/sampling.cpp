@@ -18,8 +18,7 @@ enum column : int64_t { inv_temperature, greedy, top_k, top_p, uniform, columns 
 
 std::vector<sampled_token> sample_rows(const at::Tensor& logits, const std::vector<const sampling_params*>& params,
                                        const std::vector<double>& uniforms) {
-  if (logits.dim() != 2 || logits.size(0) != static_cast<int64_t>(params.size()) ||
-      uniforms.size() != params.size())
+  if (logits.dim() != 2 || logits.size(0) != static_cast<int64_t>(params.size()) || uniforms.size() != params.size())
     throw std::invalid_argument("sample_rows: logits [rows, vocab] with one parameter set and one uniform per row");
   auto rows = logits.size(0), vocab = logits.size(1);
   if (rows == 0)
@@ -48,7 +47,7 @@ std::vector<sampled_token> sample_rows(const at::Tensor& logits, const std::vect
   auto finite = at::isfinite(x).all(1);
   auto scaled = x * col(inv_temperature).to(at::kFloat).unsqueeze(1);
   auto top = std::get<0>(scaled.max(1, /*keepdim=*/true));
-  auto weights = at::exp(scaled - top);                       // [rows, vocab], the largest is 1
+  auto weights = at::exp(scaled - top);                         // [rows, vocab], the largest is 1
   auto total = weights.sum(1, /*keepdim=*/false, at::kDouble);  // [rows]
   auto last = vocab - 1;
 
@@ -80,8 +79,8 @@ std::vector<sampled_token> sample_rows(const at::Tensor& logits, const std::vect
     drawn = at::where(row_cuts, cut, plain);
   }
   token = at::where(col(greedy).gt(0.5), token, drawn);
-  auto logprob = scaled.gather(1, token.unsqueeze(1)).squeeze(1).to(at::kDouble) - top.squeeze(1).to(at::kDouble) -
-                 total.log();
+  auto logprob =
+      scaled.gather(1, token.unsqueeze(1)).squeeze(1).to(at::kDouble) - top.squeeze(1).to(at::kDouble) - total.log();
   auto result = at::stack({token.to(at::kDouble), logprob, finite.to(at::kDouble)}, 1).to(at::kCPU);
 
   std::vector<sampled_token> out(static_cast<size_t>(rows));
