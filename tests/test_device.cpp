@@ -127,8 +127,7 @@ TEST_CASE("the sampler on the device draws what the CPU loop draws") {
     for (int64_t i = 0; i < logits.size(0); ++i) {
       params.push_back(&kinds[static_cast<size_t>(i % 3)]);
       expected.push_back(sample_token(logits[i], *params.back(), reference_gen));
-      auto* g = at::check_generator<at::CPUGeneratorImpl>(uniform_gen);
-      uniforms.push_back(static_cast<double>(g->random64() >> 11) * 0x1.0p-53);
+      uniforms.push_back(draw_uniform(uniform_gen));  // the engine's draw
     }
   }
   auto drawn = sample_rows(logits.to(tensor_options(device_name(), "float32").device()), params, uniforms);

@@ -341,9 +341,7 @@ TEST_CASE("the sampler on the logits' device draws what the CPU loop draws, row 
     params.push_back(&p);
     expected.push_back(sample_token(logits[i], p, reference_gen));
     bool greedy = p.greedy || p.temperature <= 0;
-    // The engine's draw: 53 random bits of the sequence's generator (none when greedy).
-    auto* g = at::check_generator<at::CPUGeneratorImpl>(uniform_gen);
-    uniforms.push_back(greedy ? 0.0 : static_cast<double>(g->random64() >> 11) * 0x1.0p-53);
+    uniforms.push_back(greedy ? 0.0 : draw_uniform(uniform_gen));  // the engine's draw
   }
   auto drawn = sample_rows(logits, params, uniforms);
   REQUIRE(drawn.size() == static_cast<size_t>(rows));

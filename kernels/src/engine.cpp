@@ -16,18 +16,11 @@ namespace areal::kernels {
 
 namespace {
 
-// A uniform draw in [0, 1) from a sequence's own generator (53 random bits).
-double uniform_from(at::Generator& generator) {
-  auto* g = at::check_generator<at::CPUGeneratorImpl>(generator);
-  std::lock_guard<std::mutex> lock(g->mutex_);
-  return static_cast<double>(g->random64() >> 11) * 0x1.0p-53;
-}
-
 sampled_token sample_from_logits(const float* row, int64_t vocab, const sampling_params& params,
                                  at::Generator& generator) {
   bool greedy = params.greedy || params.temperature <= 0;
   auto pick = cpu::sample_row(row, vocab, params.temperature, greedy, params.top_k, params.top_p,
-                              greedy ? 0.0 : uniform_from(generator));
+                              greedy ? 0.0 : draw_uniform(generator));
   return {pick.token, pick.logprob};
 }
 
@@ -140,7 +133,7 @@ void generation_engine::admit() {
       s.reprefill = true;
       if (!(s.job.sampling.greedy || s.job.sampling.temperature <= 0))  // as sample_from_logits draws
         for (size_t k = 0; k < s.out.tokens.size(); ++k)
-          uniform_from(s.generator);
+          draw_uniform(s.generator);
     }
     cache_.reset_slot(static_cast<int64_t>(active_.size()));
     active_.push_back(std::move(s));
@@ -233,7 +226,7 @@ std::vector<generation_output> generation_engine::step() {
         auto& s = active_[slot];
         params.push_back(&s.job.sampling);
         bool greedy = s.job.sampling.greedy || s.job.sampling.temperature <= 0;
-        uniforms.push_back(greedy ? 0.0 : uniform_from(s.generator));
+        uniforms.push_back(greedy ? 0.0 : draw_uniform(s.generator));
       }
       picks = sample_rows(logits, params, uniforms);
     }

@@ -4,6 +4,10 @@
 // has no host round trip before its single copy of the result.
 #include "areal/kernels/sampling.hpp"
 
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <mutex>
+
 #include <stdexcept>
 #include <string>
 
@@ -15,6 +19,12 @@ namespace {
 enum column : int64_t { inv_temperature, greedy, top_k, top_p, uniform, columns };
 
 }  // namespace
+
+double draw_uniform(at::Generator& generator) {
+  auto* g = at::check_generator<at::CPUGeneratorImpl>(generator);
+  std::lock_guard<std::mutex> lock(g->mutex_);
+  return static_cast<double>(g->random64() >> 11) * 0x1.0p-53;
+}
 
 std::vector<sampled_token> sample_rows(const at::Tensor& logits, const std::vector<const sampling_params*>& params,
                                        const std::vector<double>& uniforms) {

@@ -18,6 +18,10 @@ struct sampled_token {
   float logprob = 0;  // under the full tempered distribution, not the truncated one
 };
 
+/// The uniform in [0, 1) a sampled token is drawn with: 53 random bits of the
+/// request's own generator (a CPU generator, whatever the device).
+double draw_uniform(at::Generator& generator);
+
 /// One token per row of `logits` [rows, vocab] (any float type, any device):
 /// row i is drawn under params[i] with uniforms[i] in [0, 1) (unused when
 /// greedy). The rule is cpu::sample_row's: greedy takes the first largest
