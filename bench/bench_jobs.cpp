@@ -6,6 +6,8 @@
 #include <iostream>
 #include <sstream>
 
+#include "areal/runtime/files.hpp"
+
 namespace areal::bench {
 
 namespace {
@@ -59,6 +61,9 @@ rl_job_result run_job(const run_config& config, const std::filesystem::path& dir
   o.compute_threads = threads;
   o.share_cores = share;
   o.progress = false;
+  // The resolved configuration beside the outputs, as the areal binary writes it (a replay reads it).
+  std::filesystem::create_directories(dir);
+  write_file_atomically(dir / "config.toml", config.resolved_toml);
   std::atomic<bool> stop{false};
   return run_rl_job(o, stop);
 }

@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 
 #include "areal/runtime/report.hpp"
+#include "areal/sim/replay.hpp"
 #include "areal/sim/simulation.hpp"
 #include "bench_jobs.hpp"
 #include "cpu_costs.hpp"
@@ -32,9 +33,11 @@ namespace {
 
 struct row {
   std::string name;
-  int64_t eta;  // 0: synchronous
-  double measured = 0;  // trained response tokens/s over the RL phase
+  int64_t eta;                                                     // 0: synchronous
+  double measured = 0;                                             // trained response tokens/s over the RL phase
   double rl_seconds = 0, generate_seconds = 0, train_seconds = 0;  // the phase, and its trace's busy time
+  double replayed = 0;  // the rate of its replay with the costs fitted to its own trace
+  double engine_r2 = 0, trainer_r2 = 0;
 };
 
 // What a synchronous run of the workload generated: the mean prompt and the response lengths.
@@ -85,6 +88,23 @@ double response_rate(const sim::sim_result& r, int64_t prompt_tokens) {
   return double(r.trained_tokens - r.trained_samples * prompt_tokens) / r.virtual_seconds;
 }
 
+// A finished run replayed in virtual time with the costs fitted to its own
+// trace (areal simulate --replay): its rate of trained response tokens.
+double replay_rate(const fs::path& dir, row& r) {
+  auto loaded = load_config((dir / "config.toml").string());
+  if (!loaded.config)
+    throw std::runtime_error(dir.string() + "/config.toml: " + loaded.errors.front());
+  auto recorded = sim::read_recorded_run(dir, *loaded.config);
+  auto setup = sim::replay_setup(recorded, *loaded.config);
+  setup.keep_log = false;
+  auto simulated = sim::simulate(setup);
+  if (simulated.exit_code != 0 || simulated.steps != setup.steps)
+    throw std::runtime_error("the replay of " + dir.string() + " ended early: " + simulated.end_reason);
+  r.engine_r2 = recorded.costs.engine.r2;
+  r.trainer_r2 = recorded.costs.trainer.r2;
+  return response_rate(simulated, setup.work.prompt_tokens);
+}
+
 // Seconds a finished run spent generating (its rollout tracks) and training (the trainer's track),
 // from its trace as the report reads it.
 std::pair<double, double> busy_seconds(const fs::path& run_dir) {
@@ -102,8 +122,8 @@ std::pair<double, double> busy_seconds(const fs::path& run_dir) {
 }
 
 sim::measured_rates scaled(sim::measured_rates r, double generate, double train, const std::string& how) {
-  for (auto* x : {&r.decode_base, &r.decode_per_sequence, &r.decode_per_context, &r.prefill_per_token,
-                  &r.prefill_per_attended})
+  for (auto* x :
+       {&r.decode_base, &r.decode_per_sequence, &r.decode_per_context, &r.prefill_per_token, &r.prefill_per_attended})
     *x *= generate;
   for (auto* x : {&r.train_base, &r.train_per_token, &r.train_per_attended})
     *x *= train;
@@ -134,24 +154,26 @@ nlohmann::json validate_on_this_machine(bool quick, int threads, std::ostream& o
   // The isolated cost model, and the calibration run (synchronous, another seed).
   auto rates = measure_cpu_rates(model_dir, w, threads, quick);
   auto isolated = std::make_shared<sim::fitted_costs>(rates.alone, rates.shared);
-  auto [calibration, calibration_dir] = run("calibration", {"rl.mode=\"sync\"", "rl.record_trajectories=true",
-                                                            "run.seed=2"});
+  auto [calibration, calibration_dir] =
+      run("calibration", {"rl.mode=\"sync\"", "rl.record_trajectories=true", "run.seed=2"});
   auto [real_generate, real_train] = busy_seconds(calibration_dir);
   auto calibration_work = workload_of(calibration_dir / "trajectories.jsonl", base);
   auto modelled = simulate_row(isolated, calibration_work, base, 0);
   double generate_factor = real_generate / (modelled.engine_busy_share * modelled.virtual_seconds);
   double train_factor = real_train / (modelled.trainer_busy_share * modelled.virtual_seconds);
-  auto how = fmt::format("; x {:.2f} (generation) and x {:.2f} (training): the job's own steps in a synchronous "
-                         "calibration run (seed 2) against the isolated model",
-                         generate_factor, train_factor);
+  auto how = fmt::format(
+      "; x {:.2f} (generation) and x {:.2f} (training): the job's own steps in a synchronous "
+      "calibration run (seed 2) against the isolated model",
+      generate_factor, train_factor);
   auto in_job = std::make_shared<sim::fitted_costs>(scaled(rates.alone, generate_factor, train_factor, how),
                                                     scaled(rates.shared, generate_factor, train_factor, how));
   out << "isolated cost model: " << isolated->describe();
-  out << fmt::format("calibration run (synchronous, seed 2): generated for {:.2f} s and trained for {:.2f} s where "
-                     "the isolated model says {:.2f} s and {:.2f} s: the job's steps are {:.2f}x and {:.2f}x slower "
-                     "than alone\n",
-                     real_generate, real_train, modelled.engine_busy_share * modelled.virtual_seconds,
-                     modelled.trainer_busy_share * modelled.virtual_seconds, generate_factor, train_factor);
+  out << fmt::format(
+      "calibration run (synchronous, seed 2): generated for {:.2f} s and trained for {:.2f} s where "
+      "the isolated model says {:.2f} s and {:.2f} s: the job's steps are {:.2f}x and {:.2f}x slower "
+      "than alone\n",
+      real_generate, real_train, modelled.engine_busy_share * modelled.virtual_seconds,
+      modelled.trainer_busy_share * modelled.virtual_seconds, generate_factor, train_factor);
 
   // The real rows, as bench_async_vs_sync runs them (seed 1; the synchronous one records its lengths).
   std::vector<row> rows = {{"sync", 0}, {"async eta=1", 1}, {"async eta=2", 2}, {"async eta=4", 4}, {"async eta=8", 8}};
@@ -162,6 +184,7 @@ nlohmann::json validate_on_this_machine(bool quick, int threads, std::ostream& o
     r.measured = double(result.stats.trained_tokens) / result.rl_seconds;
     r.rl_seconds = result.rl_seconds;
     std::tie(r.generate_seconds, r.train_seconds) = busy_seconds(dir);
+    r.replayed = replay_rate(dir, r);
   }
   auto work = workload_of(scratch / "sync" / "trajectories.jsonl", base);
   fs::remove_all(scratch);
@@ -171,12 +194,13 @@ nlohmann::json validate_on_this_machine(bool quick, int threads, std::ostream& o
                            {"generate_factor", generate_factor},
                            {"train_factor", train_factor}};
   for (auto [name, costs] : {std::make_pair("isolated", isolated), std::make_pair("in_job", in_job)}) {
-    out << fmt::format("predicted with the {} cost model ({} steps per run; {} prompt and up to {} response tokens, "
-                       "lengths from the sync row's {}):\n",
-                       name == std::string{"isolated"} ? "isolated" : "in-job", base.rl.steps, work.prompt_tokens,
-                       work.max_new_tokens, work.length_source);
-    out << fmt::format("  {:<12} {:>16} {:>16} {:>8} {:>14} {:>14} {:>8}\n", "row", "measured tok/s",
-                       "predicted tok/s", "error", "measured/sync", "predicted/sync", "error");
+    out << fmt::format(
+        "predicted with the {} cost model ({} steps per run; {} prompt and up to {} response tokens, "
+        "lengths from the sync row's {}):\n",
+        name == std::string{"isolated"} ? "isolated" : "in-job", base.rl.steps, work.prompt_tokens, work.max_new_tokens,
+        work.length_source);
+    out << fmt::format("  {:<12} {:>16} {:>16} {:>8} {:>14} {:>14} {:>8}\n", "row", "measured tok/s", "predicted tok/s",
+                       "error", "measured/sync", "predicted/sync", "error");
     nlohmann::json table = nlohmann::json::array();
     std::string time_table;  // where the time went, per row: measured (the trace) and predicted
     double worst = 0, sync_predicted = 0;
@@ -195,26 +219,53 @@ nlohmann::json validate_on_this_machine(bool quick, int threads, std::ostream& o
       double measured_ratio = r.measured / rows[0].measured, predicted_ratio = predicted / sync_predicted;
       double ratio_error = predicted_ratio / measured_ratio - 1;
       worst = std::max({worst, std::abs(error), std::abs(ratio_error)});
-      out << fmt::format("  {:<12} {:>16.0f} {:>16.0f} {:>+7.1f}% {:>14.2f} {:>14.2f} {:>+7.1f}%\n", r.name,
-                         r.measured, predicted, 100 * error, measured_ratio, predicted_ratio, 100 * ratio_error);
-      table.push_back({{"row", r.name},
-                       {"measured_tokens_per_s", r.measured},
-                       {"predicted_tokens_per_s", predicted},
-                       {"error", error},
-                       {"measured_ratio_to_sync", measured_ratio},
-                       {"predicted_ratio_to_sync", predicted_ratio},
-                       {"ratio_error", ratio_error},
-                       {"measured_seconds", {{"rl", r.rl_seconds}, {"generating", r.generate_seconds},
-                                             {"training", r.train_seconds}}},
-                       {"predicted_seconds", {{"rl", simulated.virtual_seconds}, {"generating", generate_predicted},
-                                              {"training", train_predicted}}}});
+      out << fmt::format("  {:<12} {:>16.0f} {:>16.0f} {:>+7.1f}% {:>14.2f} {:>14.2f} {:>+7.1f}%\n", r.name, r.measured,
+                         predicted, 100 * error, measured_ratio, predicted_ratio, 100 * ratio_error);
+      table.push_back(
+          {{"row", r.name},
+           {"measured_tokens_per_s", r.measured},
+           {"predicted_tokens_per_s", predicted},
+           {"error", error},
+           {"measured_ratio_to_sync", measured_ratio},
+           {"predicted_ratio_to_sync", predicted_ratio},
+           {"ratio_error", ratio_error},
+           {"measured_seconds",
+            {{"rl", r.rl_seconds}, {"generating", r.generate_seconds}, {"training", r.train_seconds}}},
+           {"predicted_seconds",
+            {{"rl", simulated.virtual_seconds}, {"generating", generate_predicted}, {"training", train_predicted}}}});
     }
     out << fmt::format("  largest error {:.1f}% (target: 15% per row)\n", 100 * worst);
-    out << fmt::format("  where the time went (seconds; measured from the run's trace, predicted by the simulation):\n"
-                       "  {:<12} {:>8} {:>8} {:>10} {:>10} {:>8} {:>8}\n{}",
-                       "row", "RL", "pred.", "generating", "pred.", "training", "pred.", time_table);
+    out << fmt::format(
+        "  where the time went (seconds; measured from the run's trace, predicted by the simulation):\n"
+        "  {:<12} {:>8} {:>8} {:>10} {:>10} {:>8} {:>8}\n{}",
+        "row", "RL", "pred.", "generating", "pred.", "training", "pred.", time_table);
     report[name] = {{"rows", table}, {"largest_error", worst}};
   }
+  // Each row replayed from its own trace: the simulator's schedule given the costs the run itself showed.
+  out << "replayed from its own trace (areal simulate --replay: costs fitted to the run's engine and training "
+         "steps):\n";
+  out << fmt::format("  {:<12} {:>16} {:>16} {:>8} {:>14} {:>14} {:>8} {:>10}\n", "row", "measured tok/s",
+                     "replayed tok/s", "error", "measured/sync", "replayed/sync", "error", "fit R^2");
+  nlohmann::json replays = nlohmann::json::array();
+  double worst = 0;
+  for (auto& r : rows) {
+    double error = r.replayed / r.measured - 1;
+    double measured_ratio = r.measured / rows[0].measured, replayed_ratio = r.replayed / rows[0].replayed;
+    double ratio_error = replayed_ratio / measured_ratio - 1;
+    worst = std::max({worst, std::abs(error), std::abs(ratio_error)});
+    out << fmt::format("  {:<12} {:>16.0f} {:>16.0f} {:>+7.1f}% {:>14.2f} {:>14.2f} {:>+7.1f}% {:>4.2f}/{:.2f}\n",
+                       r.name, r.measured, r.replayed, 100 * error, measured_ratio, replayed_ratio, 100 * ratio_error,
+                       r.engine_r2, r.trainer_r2);
+    replays.push_back({{"row", r.name},
+                       {"measured_tokens_per_s", r.measured},
+                       {"replayed_tokens_per_s", r.replayed},
+                       {"error", error},
+                       {"ratio_error", ratio_error},
+                       {"engine_fit_r2", r.engine_r2},
+                       {"trainer_fit_r2", r.trainer_r2}});
+  }
+  out << fmt::format("  largest error {:.1f}% (target: 15% per row)\n", 100 * worst);
+  report["replayed"] = {{"rows", replays}, {"largest_error", worst}};
   return report;
 }
 

@@ -78,6 +78,23 @@ TEST_CASE("four processes run the RL job and it learns as on one node") {
   // ended) and before its last span, within the clock offset's error.
   CHECK(first_remote > 0);
   CHECK(last_remote <= last_end + 1e5);  // microseconds
+  // The remote engine steps kept what they computed (a replay fits its costs to it).
+  int64_t remote_batch = 0;
+  for (auto& e : trace["traceEvents"])
+    if (e["ph"] == "X" && e["name"] == "generate" && tracks[e["tid"].get<int>()].rfind("gen-", 0) == 0)
+      remote_batch += e.value("args", nlohmann::json::object()).value("batch", int64_t{0});
+  CHECK(remote_batch > 0);
+
+  // Replayed in virtual time as a user replays it: both engines, every step, beside the recorded schedule.
+  node_process replay({"simulate", "--replay", (c.dir.path / "runs/four-nodes").string(), "--set",
+                       "simulate.json=\"" + (c.dir.path / "replay.json").string() + "\""},
+                      c.dir.path / "replay.log", c.dir.path);
+  REQUIRE_MESSAGE(replay.wait_exit(120s) == 0, replay.log());
+  CHECK_MESSAGE(replay.log().find("2 engine(s) and a trainer") != std::string::npos, replay.log());
+  CHECK_MESSAGE(replay.log().find("seconds to step 40") != std::string::npos, replay.log());
+  auto replayed = nlohmann::json::parse(read_text(c.dir.path / "replay.json"));
+  CHECK(replayed["steps"].size() == 40);
+  CHECK(replayed["what_if"] == false);
 }
 
 TEST_CASE("a rollout node killed mid-run loses no sample and rejoins with the current weights") {

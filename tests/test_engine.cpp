@@ -441,3 +441,19 @@ TEST_CASE("a generation saved part-way continues in another engine as it would h
   full.so_far = {{3, 4}, {-0.5f, -0.5f}, {0, 0}, finish_reason::unfinished};
   CHECK_THROWS_AS(engine.submit(full), std::invalid_argument);
 }
+
+TEST_CASE("the counters say what the forward passes computed, as the simulator's cost model counts it") {
+  policy_model model(engine_config_model());
+  model.init_random(11, 0.2);
+  generation_engine engine(model, {1, 64, 2});  // prompt chunks of 2 tokens
+  engine.submit(job(1, {3, 4, 5, 6, 7}, 4));
+  engine.run_to_completion();
+  auto& c = engine.counters();
+  // Chunks of 2 and 2 prompt tokens attend over 1+2 and 3+4 positions; then the
+  // last prompt token and three sampled ones are fed one at a time over contexts of 5..8.
+  CHECK(c.steps == 6);
+  CHECK(c.prefill_tokens == 4);
+  CHECK(c.prefill_attended_tokens == 10);
+  CHECK(c.decode_rows == 4);
+  CHECK(c.decode_context_tokens == 5 + 6 + 7 + 8);
+}

@@ -158,6 +158,14 @@ TEST_CASE("report: the timeline summary holds every track, the other nodes' too,
   auto from_tracer = json::parse(report::read_run_json(d.path / "r", &live));
   CHECK(from_tracer["timeline"]["span_s"] == doctest::Approx(4.0));
   CHECK(from_tracer["timeline"]["tracks"]["rollout-0"]["generate"] == doctest::Approx(2.0));
+
+  // A span's numbers (what an engine step computed) reach spans() and the Chrome trace's "args".
+  live.span("rollout-0", "generate", 5'000'000'000, 6'000'000'000, {{"batch", 7}, {"context", 300}});
+  auto kept = live.spans().back();
+  CHECK(kept.args == tracer::span_args{{"batch", 7}, {"context", 300}});
+  live.write_chrome_trace((d.path / "live.json").string());
+  auto written = json::parse(areal::test::read_text(d.path / "live.json"));
+  CHECK(written["traceEvents"].back()["args"] == json({{"batch", 7}, {"context", 300}}));
 }
 
 TEST_CASE("report: benchmark files are recognised by kind and checked; others are refused with the reason") {

@@ -116,6 +116,27 @@ TEST_CASE("new weights interrupt sequences in flight, or wait for them") {
     CHECK_MESSAGE(r.find(',') == std::string::npos, "a waiting engine mixed versions in one sequence: " << r);
 }
 
+TEST_CASE("the answers of a group on one engine compute their prompt once") {
+  auto setup = small_setup();
+  setup.devices = 2;  // one engine: every answer of a group meets its siblings there
+  setup.generation_share = 0.5;
+  setup.on_weights = interruption::wait;  // no re-prefill: every prefill is a fresh prompt
+  setup.shared_prompts = false;
+  auto alone = simulate(setup);
+  auto answers = static_cast<int64_t>(version_runs(alone.schedule_log).size());
+  // Every answer's prompt, those still in flight at the end too (at most a slot each).
+  CHECK(alone.prefill_tokens % setup.work.prompt_tokens == 0);
+  CHECK(alone.prefill_tokens >= answers * setup.work.prompt_tokens);
+  CHECK(alone.prefill_tokens <= (answers + setup.engine_slots) * setup.work.prompt_tokens);
+  setup.shared_prompts = true;
+  auto shared = simulate(setup);
+  auto shared_answers = static_cast<int64_t>(version_runs(shared.schedule_log).size());
+  CHECK(shared.prefill_tokens % setup.work.prompt_tokens == 0);
+  CHECK(shared.prefill_tokens >= shared_answers / setup.group_size * setup.work.prompt_tokens);
+  CHECK(shared.prefill_tokens * 2 < shared_answers * setup.work.prompt_tokens);
+  CHECK(shared.virtual_seconds < alone.virtual_seconds);
+}
+
 TEST_CASE("a colocated synchronous run uses every device for both phases") {
   auto setup = small_setup();
   setup.colocated = true;

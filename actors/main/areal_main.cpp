@@ -22,6 +22,7 @@
 #include "areal/runtime/log.hpp"
 #include "areal/runtime/report.hpp"
 #include "areal/runtime/run_directory.hpp"
+#include "areal/sim/replay.hpp"
 #include "areal/sim/simulate_command.hpp"
 
 namespace fs = std::filesystem;
@@ -68,6 +69,8 @@ int main(int argc, char** argv) {
     return areal::exit_bad_input;
   }
   auto& config = *loaded.config;
+  if (options.simulate && !options.replay_dir.empty())
+    return areal::sim::replay_command(config, options.replay_dir, options.overrides, std::cout, std::cerr);
   if (options.simulate)
     return areal::sim::simulate_command(config, std::cout, std::cerr);
   if (options.make_certs) {

@@ -387,7 +387,10 @@ node_actor::behavior_type node_behavior(node_pointer self, node_setup setup) {
             for (auto& s : st.trace->spans()) {
               auto track =
                   s.track.rfind(st.setup.self.name + "/", 0) == 0 ? s.track : st.setup.self.name + "/" + s.track;
-              out.push_back({track, s.what, s.start_ns + shift, s.end_ns + shift});
+              nlohmann::json args = nlohmann::json::object();
+              for (auto& [name, value] : s.args)
+                args[name] = value;
+              out.push_back({track, s.what, s.start_ns + shift, s.end_ns + shift, args});
             }
           return out.dump();
         }

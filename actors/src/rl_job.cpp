@@ -465,8 +465,12 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
               size_t merged = 0;
               try {
                 for (auto& s : nlohmann::json::parse(text)) {
+                  tracer::span_args args;
+                  if (s.size() > 4)
+                    for (auto& [name, value] : s.at(4).items())
+                      args.emplace_back(name, value.get<int64_t>());
                   trace->span(s.at(0).get<std::string>(), s.at(1).get<std::string>(),
-                              s.at(2).get<int64_t>() - to_trace_clock, s.at(3).get<int64_t>() - to_trace_clock);
+                              s.at(2).get<int64_t>() - to_trace_clock, s.at(3).get<int64_t>() - to_trace_clock, args);
                   merged++;
                 }
               } catch (const std::exception& e) {

@@ -12,9 +12,9 @@
 
 #include <caf/all.hpp>
 
-#include "areal/kernels/compute_threads.hpp"
 #include "areal/actors/exception_guard.hpp"
 #include "areal/actors/rollout.hpp"
+#include "areal/kernels/compute_threads.hpp"
 #include "areal/runtime/log.hpp"
 
 namespace areal {
@@ -63,10 +63,11 @@ struct rollout_state {
     if (!engine || engine->counters().steps == 0)
       return;
     auto& c = engine->counters();
-    spdlog::info("rollout {}: {} steps, {} tokens sampled; prompt tokens computed {} (prefill) + {} (re-prefill after "
-                 "{} interruptions); {} prompt tokens read from the shared prompt pool, {} copied into it",
-                 setup.name, c.steps, c.decode_tokens, c.prefill_tokens, c.reprefill_tokens, c.interruptions,
-                 c.shared_prompt_tokens, c.pool_copied_tokens);
+    spdlog::info(
+        "rollout {}: {} steps, {} tokens sampled; prompt tokens computed {} (prefill) + {} (re-prefill after "
+        "{} interruptions); {} prompt tokens read from the shared prompt pool, {} copied into it",
+        setup.name, c.steps, c.decode_tokens, c.prefill_tokens, c.reprefill_tokens, c.interruptions,
+        c.shared_prompt_tokens, c.pool_copied_tokens);
   }
   std::map<uint64_t, pending> in_flight;  // by engine job id
   uint64_t next_job = 0;
@@ -103,24 +104,32 @@ void send_to_pool(rollout_pointer self, outgoing o);
 
 void traced_step(rollout_pointer self) {
   auto& st = self->state;
-  auto applied_before = st.engine->counters().weight_apply_seconds;
+  auto before = st.engine->counters();
   auto start = trace_clock_ns();
   auto outputs = st.engine->step();
   auto end = trace_clock_ns();
   if (st.setup.trace) {
-    auto apply_ns = static_cast<int64_t>((st.engine->counters().weight_apply_seconds - applied_before) * 1e9);
+    auto& after = st.engine->counters();
+    auto apply_ns = static_cast<int64_t>((after.weight_apply_seconds - before.weight_apply_seconds) * 1e9);
     if (apply_ns > 0)
       st.setup.trace->span(st.setup.name, "weight sync", start, start + apply_ns);
-    st.setup.trace->span(st.setup.name, "generate", start + apply_ns, end);
+    // What the step computed, in the terms of the simulator's cost model (a replay fits it).
+    auto delta = [](uint64_t a, uint64_t b) { return static_cast<int64_t>(a - b); };
+    st.setup.trace->span(st.setup.name, "generate", start + apply_ns, end,
+                         {{"batch", delta(after.decode_rows, before.decode_rows)},
+                          {"context", delta(after.decode_context_tokens, before.decode_context_tokens)},
+                          {"prefill", delta(after.prefill_tokens + after.reprefill_tokens,
+                                            before.prefill_tokens + before.reprefill_tokens)},
+                          {"attended", delta(after.prefill_attended_tokens, before.prefill_attended_tokens)}});
   }
   for (auto& [id, p] : st.in_flight) {
     if (!p.listener)
       continue;
     auto* so_far = st.engine->running_output(id);
     if (so_far && so_far->tokens.size() > p.streamed) {
-      caf::anon_send(p.listener, stream_atom::value,
-                 std::vector<int32_t>(so_far->tokens.begin() + static_cast<std::ptrdiff_t>(p.streamed),
-                                      so_far->tokens.end()));
+      caf::anon_send(
+          p.listener, stream_atom::value,
+          std::vector<int32_t>(so_far->tokens.begin() + static_cast<std::ptrdiff_t>(p.streamed), so_far->tokens.end()));
       p.streamed = so_far->tokens.size();
     }
   }
@@ -281,8 +290,8 @@ std::optional<caf::error> submit(rollout_pointer self, packed<generation_request
   }
   auto& so_far = request->so_far;
   kernels::generation_output out{job.id, job.prompt, so_far.tokens, so_far.logprobs, so_far.versions, so_far.finish};
-  st.in_flight.emplace(job.id, pending{std::move(promise), std::move(*request), now_ns(), std::move(to_pool),
-                                       std::move(listener), 0});
+  st.in_flight.emplace(
+      job.id, pending{std::move(promise), std::move(*request), now_ns(), std::move(to_pool), std::move(listener), 0});
   if (generated)
     deliver(self, out);
   keep_stepping(self);
@@ -336,7 +345,7 @@ rollout_actor::behavior_type rollout_behavior(rollout_pointer self, rollout_setu
             ids.push_back(id);
         for (auto id : ids) {
           if (auto out = st.engine->cancel(id)) {
-            deliver(self, *out);  // answered as aborted
+            deliver(self, *out);                                                   // answered as aborted
           } else if (auto it = st.in_flight.find(id); it != st.in_flight.end()) {  // still queued, or generated
             fail(it->second, caf::make_error(caf::sec::runtime_error, "rollout " + st.setup.name + ": cancelled"));
             st.in_flight.erase(it);

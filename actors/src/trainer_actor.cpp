@@ -124,6 +124,13 @@ caf::result<train_report> train(trainer_pointer self, const std::vector<trajecto
     st.setup.share->set_busy(st.busy, true);
   try {
     tracer::scope span{st.setup.trace.get(), "trainer", "train"};
+    int64_t tokens = 0, attended = 0;  // what the step computes, as the simulator's cost model counts it
+    for (auto& s : samples) {
+      auto n = static_cast<int64_t>(s.prompt.size() + s.response.size());
+      tokens += n;
+      attended += n * (n + 1) / 2;
+    }
+    span.args = {{"sequences", static_cast<int64_t>(samples.size())}, {"tokens", tokens}, {"attended", attended}};
     if (!st.setup.share)
       kernels::set_compute_threads(st.setup.compute_threads);
     if (st.reference) {

@@ -24,6 +24,11 @@ sampled_token sample_from_logits(const float* row, int64_t vocab, const sampling
   return {pick.token, pick.logprob};
 }
 
+// Positions `count` new tokens attend over when `cached` tokens precede them (causal).
+int64_t attended(int64_t cached, int64_t count) {
+  return count * cached + count * (count + 1) / 2;
+}
+
 }  // namespace
 
 sampled_token sample_token(const at::Tensor& logits, const sampling_params& params, at::Generator& generator) {
@@ -163,6 +168,7 @@ std::vector<generation_output> generation_engine::step() {
       continue;
     auto count = std::min(p.size() - p.filled, budget);
     input.fills.push_back({p.at, p.filled, count});
+    counters_.prefill_attended_tokens += static_cast<uint64_t>(attended(p.filled, count));
     fill_tokens.insert(fill_tokens.end(), p.tokens.begin() + p.filled, p.tokens.begin() + p.filled + count);
     (p.for_reprefill ? counters_.reprefill_tokens : counters_.prefill_tokens) += static_cast<uint64_t>(count);
     p.filled += count;
@@ -185,8 +191,13 @@ std::vector<generation_output> generation_engine::step() {
       input.tokens.push_back(s.token_at(s.fed + i));
     input.slots.push_back(static_cast<int64_t>(slot));
     input.counts.push_back(count);
-    if (pending > 1)
+    if (pending > 1) {
       (s.reprefill ? counters_.reprefill_tokens : counters_.prefill_tokens) += static_cast<uint64_t>(count);
+      counters_.prefill_attended_tokens += static_cast<uint64_t>(attended(s.fed, count));
+    } else {
+      counters_.decode_rows++;
+      counters_.decode_context_tokens += static_cast<uint64_t>(s.fed + 1);
+    }
     s.fed += count;
     row += count;
     if (s.fed == s.total()) {

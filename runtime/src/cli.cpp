@@ -2,6 +2,7 @@
 #include "areal/runtime/cli.hpp"
 
 #include <algorithm>
+#include <filesystem>
 #include <string_view>
 
 namespace areal {
@@ -11,6 +12,7 @@ std::string usage() {
              [--run-dir DIR] [--resume | --fresh] [--log-level LEVEL]
        areal --config FILE --make-certs
        areal simulate --config FILE [--set KEY=VALUE]...
+       areal simulate --replay RUN_DIR [--set KEY=VALUE]...
        areal report RUN_DIR... [--bench FILE.json]... [--out FILE]
        areal --help | --help-config | --version | --blas
 
@@ -30,6 +32,8 @@ Runs one node of an areal topology: one CAF actor system per process.
   --help-config     list every configuration key with its type, range and default
   simulate          run the configuration in virtual time with simulated GPU members instead (the real
                     controller; see the [simulate] section of --help-config); prints its figures and exits
+  --replay RUN_DIR  (with simulate) replay a finished run in virtual time: its configuration, its costs fitted
+                    to its trace, its recorded schedule beside the replayed one; --set makes it a what-if
   report            draw runs (overlaid) and benchmark JSON files into one self-contained HTML page
                     (default report.html); run.dashboard_port serves the same page live during a run
   --blas            print the BLAS LibTorch calls, the OpenBLAS kernels it runs and how they were chosen
@@ -81,6 +85,10 @@ cli_result parse_cli(int argc, const char* const* argv) {
       if (!value(v))
         return fail("--config needs a file path");
       o.config_path = v;
+    } else if (arg == "--replay") {
+      if (!value(v) || v.empty())
+        return fail("--replay needs a finished run's directory");
+      o.replay_dir = v;
     } else if (arg == "--node") {
       if (!value(v) || v.empty())
         return fail("--node needs a node name from the topology");
@@ -114,6 +122,13 @@ cli_result parse_cli(int argc, const char* const* argv) {
     } else {
       return fail("unknown argument \"" + std::string{argv[i]} + "\"");
     }
+  }
+  if (!o.replay_dir.empty()) {
+    if (!o.simulate)
+      return fail("--replay goes with simulate: areal simulate --replay RUN_DIR");
+    if (!o.config_path.empty())
+      return fail("--replay reads the run's own config.toml: leave out --config (change keys with --set)");
+    o.config_path = (std::filesystem::path(o.replay_dir) / "config.toml").string();
   }
   if (o.resume && o.fresh)
     return fail("--resume continues the run, --fresh replaces it: pass one of them");

@@ -27,7 +27,8 @@ std::vector<tracer::span_record> tracer::spans() const {
   std::vector<span_record> out;
   out.reserve(events_.size());
   for (auto& e : events_)
-    out.push_back({tracks_[static_cast<size_t>(e.track)], names_[static_cast<size_t>(e.what)], e.start_ns, e.end_ns});
+    out.push_back(
+        {tracks_[static_cast<size_t>(e.track)], names_[static_cast<size_t>(e.what)], e.start_ns, e.end_ns, args_of(e)});
   return out;
 }
 
@@ -42,7 +43,15 @@ int tracer::intern(std::vector<std::string>& names, const std::string& name) {
   return static_cast<int>(names.size() - 1);
 }
 
-void tracer::span(const std::string& track, const std::string& what, int64_t start_ns, int64_t end_ns) {
+tracer::span_args tracer::args_of(const event& e) const {
+  span_args out;
+  for (uint32_t i = e.first_arg; i < e.first_arg + e.arg_count; ++i)
+    out.emplace_back(arg_names_[static_cast<size_t>(args_[i].first)], args_[i].second);
+  return out;
+}
+
+void tracer::span(const std::string& track, const std::string& what, int64_t start_ns, int64_t end_ns,
+                  const span_args& args) {
   std::lock_guard<std::mutex> guard{mutex_};
   auto t = intern(tracks_, track);
   auto w = intern(names_, what);
@@ -54,9 +63,12 @@ void tracer::span(const std::string& track, const std::string& what, int64_t sta
   by_track_what_[{t, w}] += seconds;
   first_start_ns_ = std::min(first_start_ns_, start_ns);
   last_end_ns_ = std::max(last_end_ns_, end_ns);
-  if (events_.size() < max_spans_)
-    events_.push_back({t, w, start_ns, end_ns});
-  else
+  if (events_.size() < max_spans_) {
+    events_.push_back(
+        {t, w, start_ns, end_ns, static_cast<uint32_t>(args_.size()), static_cast<uint32_t>(args.size())});
+    for (auto& [name, value] : args)
+      args_.emplace_back(intern(arg_names_, name), value);
+  } else
     ++spans_left_out_;
 }
 
@@ -97,13 +109,20 @@ void tracer::write_chrome_trace(const std::string& path) const {
                         {"pid", 1},
                         {"tid", static_cast<int>(i) + 1},
                         {"args", {{"name", tracks_[i]}}}});
-    for (auto& e : events_)
-      events.push_back({{"name", names_[e.what]},
-                        {"ph", "X"},
-                        {"pid", 1},
-                        {"tid", e.track + 1},
-                        {"ts", static_cast<double>(e.start_ns - origin_ns_) / 1e3},
-                        {"dur", static_cast<double>(e.end_ns - e.start_ns) / 1e3}});
+    for (auto& e : events_) {
+      nlohmann::json x = {{"name", names_[e.what]},
+                          {"ph", "X"},
+                          {"pid", 1},
+                          {"tid", e.track + 1},
+                          {"ts", static_cast<double>(e.start_ns - origin_ns_) / 1e3},
+                          {"dur", static_cast<double>(e.end_ns - e.start_ns) / 1e3}};
+      if (e.arg_count > 0) {
+        auto& a = x["args"] = nlohmann::json::object();
+        for (auto& [name, value] : args_of(e))
+          a[name] = value;
+      }
+      events.push_back(std::move(x));
+    }
     if (spans_left_out_ > 0)
       events.push_back({{"name", "spans left out (limit reached)"},
                         {"ph", "i"},

@@ -7,6 +7,7 @@
 #include <deque>
 #include <map>
 #include <queue>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -77,6 +78,7 @@ struct engine_state {
   uint64_t id = 0;
   int64_t start = 0, prefill_end = 0, end = 0, steps = 0, batch = 0;
   double context = 0;
+  std::set<uint64_t> prompts;  // groups whose prompt the cache holds (shared_prompts), under the current weights
 };
 
 using engine_pointer = caf::stateful_actor<engine_state>*;
@@ -145,6 +147,7 @@ void plan(engine_pointer self, int64_t now) {
       s.cached = false;
     }
     w.interruptions += interrupted;
+    st.prompts.clear();
     st.version = st.newest;
     w.record(now, fmt::format("weights {} version={} interrupted={}", st.label, st.version, interrupted));
   }
@@ -162,18 +165,32 @@ void plan(engine_pointer self, int64_t now) {
   auto& now_costs = segment_costs(st);
   double fresh_tokens = 0, fresh_attended = 0, again_tokens = 0, again_attended = 0;
   int64_t steps = INT64_MAX;
+  if (w.setup.shared_prompts) {  // a prompt stays cached while a sequence of its group is here
+    std::set<uint64_t> here;
+    for (auto& s : st.active)
+      here.insert(s.group);
+    for (auto it = st.prompts.begin(); it != st.prompts.end();)
+      it = here.count(*it) ? std::next(it) : st.prompts.erase(it);
+  }
   for (auto& s : st.active) {
     steps = std::min(steps, s.target - s.generated);
     if (s.cached)
       continue;
-    double n = double(s.prompt + s.generated);
-    (s.generated > 0 ? again_tokens : fresh_tokens) += n;
-    (s.generated > 0 ? again_attended : fresh_attended) += 0.5 * n * (n + 1);
+    auto& tokens = s.generated > 0 ? again_tokens : fresh_tokens;
+    auto& attended = s.generated > 0 ? again_attended : fresh_attended;
+    double p = double(s.prompt), g = double(s.generated);
+    if (!w.setup.shared_prompts || st.prompts.insert(s.group).second) {  // the group's prompt: computed once
+      tokens += p;
+      attended += 0.5 * p * (p + 1);
+    }
+    tokens += g;  // the sequence's own tokens attend over the prompt and each other
+    attended += g * p + 0.5 * g * (g + 1);
     s.cached = true;
   }
   int64_t again = again_tokens > 0 ? to_ns(now_costs.prefill_seconds(again_tokens, again_attended)) : 0;
   int64_t prefill = again + (fresh_tokens > 0 ? to_ns(now_costs.prefill_seconds(fresh_tokens, fresh_attended)) : 0);
   w.reprefill_ns += again;
+  w.prefill_tokens += std::llround(fresh_tokens + again_tokens);
   st.batch = static_cast<int64_t>(st.active.size());
   st.context = context_of(st.active);
   st.start = now;

@@ -166,6 +166,7 @@ sim_result simulate(const sim_setup& setup) {
   }
   out.generated_tokens = world.generated_tokens;
   out.interruptions = world.interruptions;
+  out.prefill_tokens = world.prefill_tokens;
   double span_ns = out.virtual_seconds * 1e9;
   if (span_ns > 0) {
     out.engine_busy_share = double(world.engine_busy_ns) / (span_ns * double(setup.engines()));

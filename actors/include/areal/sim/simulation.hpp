@@ -40,6 +40,9 @@ struct sim_setup {
   int64_t engine_slots = 0;         // sequences one engine holds at once (0: what its KV cache fits)
   int64_t max_concurrent = 0;       // requests in flight over all engines (0: all their slots)
   interruption on_weights = interruption::reprefill;
+  /// The answers of a group on one engine share their prompt's cache: it is
+  /// computed once (as the real engine's prompt pool, and GPU engines' prefix caches, do).
+  bool shared_prompts = true;
   bool keep_log = true;  // the schedule log (admissions, dispatches, completions, versions)
   /// Checks the setup; throws std::invalid_argument saying what is wrong and what to do.
   void check() const;
@@ -64,6 +67,7 @@ struct sim_result {
   int64_t trained_tokens = 0;    // prompt + response tokens of the trained samples
   int64_t generated_tokens = 0;  // response tokens generated (all, trained or not)
   int64_t interruptions = 0;     // sequences whose cache was recomputed after new weights
+  int64_t prefill_tokens = 0;    // tokens the engines' prefills computed (re-prefills included)
   int64_t max_staleness = 0;     // over the trained batches, in versions
   double engine_busy_share = 0;  // share of engine time spent in steps (decode and prefill)
   double reprefill_share = 0;    // share of engine time spent recomputing interrupted caches

@@ -97,6 +97,13 @@ struct engine_counters {
   uint64_t shared_prompt_tokens = 0;  // prompt tokens sequences read from the pool instead of prefilling
   uint64_t pool_copied_tokens = 0;    // pool rows copied from an entry a prompt extends (not recomputed)
   uint64_t interruptions = 0;
+  // What the forward passes computed, as a cost model counts it (a replay of a
+  // run fits its step costs to these): sequences that fed one token, the
+  // context those tokens attended over, and the positions that prompt and
+  // re-prefill tokens attended over.
+  uint64_t decode_rows = 0;
+  uint64_t decode_context_tokens = 0;
+  uint64_t prefill_attended_tokens = 0;
   double forward_seconds = 0;
   double weight_apply_seconds = 0;  // copying new weights into the model
   uint64_t weight_updates = 0;

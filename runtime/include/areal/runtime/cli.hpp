@@ -23,6 +23,7 @@ struct cli_options {
   bool version = false;
   bool blas = false;        // --blas: print the BLAS and its kernels, then exit
   bool simulate = false;    // areal simulate --config FILE: a virtual-time run ([simulate]), then exit
+  std::string replay_dir;   // areal simulate --replay RUN_DIR: that run replayed in virtual time
   bool make_certs = false;  // --make-certs: write the topology's TLS certificates and exit
 };
 

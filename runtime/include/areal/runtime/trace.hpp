@@ -5,11 +5,12 @@
 // each actor's idle fraction. Thread-safe; one per process.
 #pragma once
 
-#include <cstdint>
 #include <climits>
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace areal {
@@ -24,8 +25,13 @@ class tracer {
   /// At most `max_spans` spans are kept for the file; busy times count every span.
   explicit tracer(std::string process_name, size_t max_spans = 2'000'000);
 
+  /// Numbers that say what a span did (a Chrome trace's "args"), e.g. an
+  /// engine step's batch: what a replay of the run fits its costs to.
+  using span_args = std::vector<std::pair<std::string, int64_t>>;
+
   /// `track` is busy with `what` from start_ns to end_ns (trace_clock_ns values).
-  void span(const std::string& track, const std::string& what, int64_t start_ns, int64_t end_ns);
+  void span(const std::string& track, const std::string& what, int64_t start_ns, int64_t end_ns,
+            const span_args& args = {});
   /// Total busy seconds of each track so far.
   std::map<std::string, double> busy_seconds() const;
   /// Total seconds spent in spans named `what`, over all tracks.
@@ -34,6 +40,7 @@ class tracer {
   struct span_record {
     std::string track, what;
     int64_t start_ns, end_ns;
+    span_args args;
   };
   std::vector<span_record> spans() const;
   /// Seconds of every track in each kind of span, and the seconds from the
@@ -53,8 +60,9 @@ class tracer {
         : t_(t), track_(std::move(track)), what_(std::move(what)), start_(trace_clock_ns()) {}
     ~scope() {
       if (t_)
-        t_->span(track_, what_, start_, trace_clock_ns());
+        t_->span(track_, what_, start_, trace_clock_ns(), args);
     }
+    span_args args;  // recorded with the span
     scope(const scope&) = delete;
     scope& operator=(const scope&) = delete;
 
@@ -69,17 +77,20 @@ class tracer {
     int track;
     int what;
     int64_t start_ns, end_ns;
+    uint32_t first_arg, arg_count;  // in args_
   };
   int intern(std::vector<std::string>& names, const std::string& name);
+  span_args args_of(const event& e) const;
 
   std::string process_;
   size_t max_spans_;
   int64_t origin_ns_;
   mutable std::mutex mutex_;
-  std::vector<std::string> tracks_, names_;
+  std::vector<std::string> tracks_, names_, arg_names_;
   std::vector<event> events_;
-  std::vector<double> busy_;     // by track
-  std::vector<double> by_what_;  // by name
+  std::vector<std::pair<int, int64_t>> args_;  // (name in arg_names_, value) of the kept events
+  std::vector<double> busy_;                   // by track
+  std::vector<double> by_what_;                // by name
   std::map<std::pair<int, int>, double> by_track_what_;
   int64_t first_start_ns_ = INT64_MAX, last_end_ns_ = INT64_MIN;
   uint64_t spans_left_out_ = 0;
