@@ -24,6 +24,7 @@
 #include <torch/version.h>
 
 #include <nlohmann/json.hpp>
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard (LibTorch 2.x's ATen.h no longer brings it)
 
 #include "areal/kernels/compute_threads.hpp"
 #include "areal/kernels/device.hpp"

@@ -26,6 +26,7 @@
 
 #include <ATen/Parallel.h>
 #include <nlohmann/json.hpp>
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard (LibTorch 2.x's ATen.h no longer brings it)
 
 #include "bench_common.hpp"
 

@@ -10,6 +10,7 @@
 #include <string>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard (LibTorch 2.x's ATen.h no longer brings it)
 
 #include "areal/kernels/device.hpp"
 #include "areal/kernels/engine.hpp"

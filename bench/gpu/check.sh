@@ -77,7 +77,11 @@ export CPATH="$prefix/usr/include${CPATH:+:$CPATH}"
 export PKG_CONFIG_LIBDIR="$arch_lib/pkgconfig:$prefix/usr/share/pkgconfig"
 say "unpacked ${#packages[@]} packages under $prefix"
 
-# -- 2. LibTorch: PyTorch's, or the one named.
+# -- 2. LibTorch: PyTorch's, or the one named. A CUDA LibTorch's CMake files look
+# for the CUDA toolkit through nvcc: CUDA's usual place joins the PATH when nvcc is not on it.
+if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export PATH="/usr/local/cuda/bin:$PATH"
+fi
 if [ -z "$torch_dir" ]; then
   torch_dir=$(python3 -c 'import os, torch; print(os.path.join(torch.utils.cmake_prefix_path, "Torch"))') ||
     fail "python3 cannot import torch; name a LibTorch with --torch-dir DIR (the folder of TorchConfig.cmake)"
@@ -95,21 +99,24 @@ cmake -S "$root" -B "$build" -G "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DA
   -DPKG_CONFIG_EXECUTABLE="$prefix/usr/bin/pkgconf" "-DPKG_CONFIG_ARGN=--define-variable=prefix=$prefix/usr" \
   -DCMAKE_CXX_COMPILER_LAUNCHER= >"$work/configure.log" 2>&1 || { tail -n 30 "$work/configure.log" >&2; fail "configure failed (all of it: $work/configure.log)"; }
 grep -E "LibTorch|NCCL" "$work/configure.log" | sed 's/^-- /check.sh: /' >&2 || true
-cmake --build "$build" -j "$(nproc)" --target test_device bench_device >"$work/build.log" 2>&1 ||
-  { grep -E "error|undefined reference" "$work/build.log" | head -n 20 >&2; fail "build failed (all of it: $work/build.log)"; }
+# Keep going past a failed file, so that one build reports every file that does not compile.
+keep_going=(-k)
+[ "${generator[0]}" = Ninja ] && keep_going=(-k 0)
+cmake --build "$build" -j "$(nproc)" --target test_device bench_device -- "${keep_going[@]}" >"$work/build.log" 2>&1 ||
+  { grep -E "error|undefined reference" "$work/build.log" | head -n 40 >&2; fail "build failed (all of it: $work/build.log)"; }
 built=$(date +%s)
 say "built in $((built - started)) s"
 
 # -- 4. Run: the tests on the device, then the figures.
 tests_result=passed
-AREAL_TEST_DEVICE="$device" "$build/tests/test_device" >"$work/test_device.log" 2>&1 || tests_result=$?
+AREAL_TEST_DEVICE="$device" timeout 240 "$build/tests/test_device" >"$work/test_device.log" 2>&1 || tests_result=$?
 case "$tests_result" in
   passed) ;;
   77) tests_result=skipped ;;
   *) tests_result=failed; tail -n 30 "$work/test_device.log" >&2 ;;
 esac
 say "test_device on $device: $tests_result"
-"$build/bench/bench_device" --device "$device" "${quick[@]}" --json "$work/bench_device.json" | tee "$work/bench_device.log" >&2 ||
+timeout 300 "$build/bench/bench_device" --device "$device" "${quick[@]}" --json "$work/bench_device.json" | tee "$work/bench_device.log" >&2 ||
   fail "bench_device failed (its output: $work/bench_device.log)"
 
 finished=$(date +%s)

@@ -11,6 +11,7 @@
 #include <functional>
 #include <mutex>
 #include <stdexcept>
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard (LibTorch 2.x's ATen.h no longer brings it)
 
 namespace areal::kernels {
 

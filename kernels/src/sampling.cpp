@@ -10,6 +10,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard (LibTorch 2.x's ATen.h no longer brings it)
 
 namespace areal::kernels {
 

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include <nlohmann/json.hpp>
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard (LibTorch 2.x's ATen.h no longer brings it)
 
 #include "areal/kernels/logprobs.hpp"
 #include "areal/kernels/packing.hpp"
