@@ -7,6 +7,7 @@
 //   (b) decode tokens/s by batch, against the memory-bandwidth roofline: the
 //       bytes a step must read (the weights once, every sequence's keys and
 //       values) over the measured device copy rate ((read + write) bytes / s);
+//       on a GPU also op by op, in CUDA graphs and eagerly, for the ratios;
 //   (c) PPO training tokens/s, its model FLOP rate against the measured
 //       bfloat16 GEMM rate (FLOPs as bench_common.hpp's forward_flops, x3);
 //   (d) on a GPU, the host staging of a weight transfer (device -> pinned host
@@ -23,11 +24,13 @@
 
 #include <torch/version.h>
 
-#include <nlohmann/json.hpp>
 #include <ATen/core/grad_mode.h>  // at::NoGradGuard (LibTorch 2.x's ATen.h no longer brings it)
+#include <nlohmann/json.hpp>
 
 #include "areal/kernels/compute_threads.hpp"
 #include "areal/kernels/device.hpp"
+#include "areal/kernels/kv_cache.hpp"
+#include "areal/kernels/sampling.hpp"
 #include "bench_common.hpp"
 
 using namespace areal::kernels;
@@ -148,13 +151,18 @@ accuracy engine_vs_forward(policy_model& model, int sequences, int64_t prompt, u
 
 struct decode_figures {
   double tokens_per_s = 0, step_s = 0, roofline_step_s = 0;
+  uint64_t graph_replays = 0;
 };
 
 // (b) Steady decoding of `batch` sequences (prefill excluded from the timing).
+// With `graphs`, steady steps replay captured CUDA graphs (on a GPU); the step
+// that captures the batch's graph runs before the timing starts.
 decode_figures decode_rate(policy_model& model, int64_t batch, int64_t prompt, uint32_t new_tokens,
-                           double copy_bytes_per_s) {
+                           double copy_bytes_per_s, bool graphs) {
   std::mt19937 rng{static_cast<uint32_t>(batch)};
-  generation_engine engine(model, {batch, prompt + new_tokens + 1, 4096});
+  engine_config config{batch, prompt + new_tokens + 1, 4096};
+  config.cuda_graphs = graphs;
+  generation_engine engine(model, config);
   for (int64_t i = 0; i < batch; ++i) {
     generation_job j;
     j.id = static_cast<uint64_t>(i);
@@ -165,6 +173,7 @@ decode_figures decode_rate(policy_model& model, int64_t batch, int64_t prompt, u
   }
   while (engine.counters().prefill_tokens < static_cast<uint64_t>(batch * prompt))
     engine.step();
+  engine.step();  // the first steady step (where graphs are on: captures)
   auto tokens_before = engine.counters().decode_tokens;
   auto steps_before = engine.counters().steps;
   auto start = clock_type::now();
@@ -181,7 +190,48 @@ decode_figures decode_rate(policy_model& model, int64_t batch, int64_t prompt, u
   double mean_context = static_cast<double>(prompt) + new_tokens / 2.0;
   double kv = static_cast<double>(batch) * mean_context * c.num_hidden_layers * 2.0 * c.num_key_value_heads *
               c.head_dim() * element;
-  return {tokens / seconds, seconds / steps, (weights + kv) / copy_bytes_per_s};
+  return {tokens / seconds, seconds / steps, (weights + kv) / copy_bytes_per_s, engine.counters().graph_replays};
+}
+
+// The parts of a decode step of `batch` rows at `context` tokens, each timed
+// alone (20 times, after a first call that captures the graph): the forward
+// pass as the engine runs it (fused kernels and CUDA graphs where they are on),
+// the LM head over the batch, and sampling (its one host round trip included).
+struct step_parts {
+  double forward_s = 0, lm_head_s = 0, sampling_s = 0;
+};
+
+step_parts time_step_parts(policy_model& model, int64_t batch, int64_t context) {
+  at::NoGradGuard no_grad;
+  auto device = model.flat().device();
+  constexpr int repeats = 20;
+  kv_cache cache(model.config(), batch, context + repeats + 2, model.options());
+  for (auto& length : cache.length)
+    length = context;
+  step_input input;
+  for (int64_t b = 0; b < batch; ++b) {
+    input.tokens.push_back((b * 7919) % model.config().vocab_size);
+    input.slots.push_back(b);
+    input.counts.push_back(1);
+  }
+  auto timed = [&](auto&& work) {
+    work();
+    synchronize(device);
+    auto start = clock_type::now();
+    for (int i = 0; i < repeats; ++i)
+      work();
+    synchronize(device);
+    return seconds_since(start) / repeats;
+  };
+  at::Tensor hidden, logits;
+  step_parts parts;
+  parts.forward_s = timed([&] { hidden = model.forward_cached(cache, input); });
+  parts.lm_head_s = timed([&] { logits = model.logits(hidden); });
+  areal::sampling_params plain;
+  std::vector<const areal::sampling_params*> params(static_cast<size_t>(batch), &plain);
+  std::vector<double> uniforms(static_cast<size_t>(batch), 0.5);
+  parts.sampling_s = timed([&] { sample_rows(logits, params, uniforms); });
+  return parts;
 }
 
 }  // namespace
@@ -255,16 +305,43 @@ int main(int argc, char** argv) {
     uint32_t new_tokens = cli.quick ? 16 : 64;
     std::cout << "(b) decode, prompt " << prompt << " + " << new_tokens
               << " new tokens, against the roofline (weights + keys and values read once per step at the copy rate):\n";
+    // On a GPU each batch three times, side by side: what the engine runs there
+    // (fused kernels, steady steps replayed as CUDA graphs), the same op by op
+    // in graphs, and op by op launched eagerly (no graphs, no fused kernels).
     for (auto batch : batches) {
-      auto f = decode_rate(model, batch, prompt, new_tokens, copy);
+      auto f = decode_rate(model, batch, prompt, new_tokens, copy, true);
       double efficiency = f.roofline_step_s / f.step_s;
       std::cout << "  batch " << batch << ": " << f.tokens_per_s << " tokens/s, step " << f.step_s * 1e3
                 << " ms, roofline " << f.roofline_step_s * 1e3 << " ms, efficiency " << efficiency << "\n";
-      out["decode"].push_back({{"batch", batch},
-                               {"tokens_per_s", f.tokens_per_s},
-                               {"step_ms", f.step_s * 1e3},
-                               {"roofline_step_ms", f.roofline_step_s * 1e3},
-                               {"efficiency", efficiency}});
+      nlohmann::json row = {{"batch", batch},
+                            {"tokens_per_s", f.tokens_per_s},
+                            {"step_ms", f.step_s * 1e3},
+                            {"roofline_step_ms", f.roofline_step_s * 1e3},
+                            {"efficiency", efficiency},
+                            {"graph_replays", f.graph_replays},
+                            {"fused_kernels", cuda_kernels_built()}};
+      auto parts = time_step_parts(model, batch, prompt + new_tokens / 2);
+      std::cout << "    parts alone: forward " << parts.forward_s * 1e3 << " ms, LM head " << parts.lm_head_s * 1e3
+                << " ms, sampling " << parts.sampling_s * 1e3 << " ms; the rest of the step (the engine's host work) "
+                << (f.step_s - parts.forward_s - parts.lm_head_s - parts.sampling_s) * 1e3 << " ms\n";
+      row["forward_ms"] = parts.forward_s * 1e3;
+      row["lm_head_ms"] = parts.lm_head_s * 1e3;
+      row["sampling_ms"] = parts.sampling_s * 1e3;
+      if (f.graph_replays > 0) {
+        set_cuda_kernels(false);
+        auto graphs_only = decode_rate(model, batch, prompt, new_tokens, copy, true);
+        auto eager = decode_rate(model, batch, prompt, new_tokens, copy, false);
+        set_cuda_kernels(true);
+        std::cout << "    op by op: in CUDA graphs " << graphs_only.tokens_per_s << " tokens/s (step "
+                  << graphs_only.step_s * 1e3 << " ms), eager " << eager.tokens_per_s << " tokens/s (step "
+                  << eager.step_s * 1e3 << " ms); fused + graphs = " << f.tokens_per_s / graphs_only.tokens_per_s
+                  << "x graphs alone, " << f.tokens_per_s / eager.tokens_per_s << "x eager\n";
+        row["graphs_op_by_op_tokens_per_s"] = graphs_only.tokens_per_s;
+        row["eager_op_by_op_tokens_per_s"] = eager.tokens_per_s;
+        row["eager_step_ms"] = eager.step_s * 1e3;
+        row["speedup_over_eager"] = f.tokens_per_s / eager.tokens_per_s;
+      }
+      out["decode"].push_back(row);
     }
   }
 

@@ -1,4 +1,5 @@
 #include "areal/kernels/device.hpp"
+#include "cuda_decode.hpp"
 
 #include "areal/kernels/model_config.hpp"
 
@@ -40,6 +41,14 @@ bool cuda_available() {
 void synchronize(const at::Device& device) {
   if (device.is_cuda())
     torch::cuda::synchronize(device.index());
+}
+
+bool cuda_kernels_built() {
+  return cuda_decode::available();
+}
+
+void set_cuda_kernels(bool on) {
+  cuda_decode::set_enabled(on);
 }
 
 }  // namespace areal::kernels

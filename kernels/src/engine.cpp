@@ -1,4 +1,5 @@
 #include "areal/kernels/engine.hpp"
+#include "decode_graphs.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
@@ -6,12 +7,12 @@
 #include "areal/kernels/fused_layers.hpp"
 #include "cpu_kernels.hpp"
 
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard (LibTorch 2.x's ATen.h no longer brings it)
 #include <algorithm>
 #include <chrono>
 #include <functional>
 #include <mutex>
 #include <stdexcept>
-#include <ATen/core/grad_mode.h>  // at::NoGradGuard (LibTorch 2.x's ATen.h no longer brings it)
 
 namespace areal::kernels {
 
@@ -52,6 +53,8 @@ generation_engine::generation_engine(policy_model& model, engine_config config, 
     throw std::invalid_argument("engine: slots, prefill_chunk and max_seq_len must be positive");
   if (config_.prompt_pool_tokens < 0 || config_.min_shared_prompt < 1)
     throw std::invalid_argument("engine: prompt_pool_tokens must be 0 or more and min_shared_prompt at least 1");
+  if (!config_.cuda_graphs)
+    cache_.graphs.reset();
   active_.reserve(static_cast<size_t>(config_.slots));
 }
 
@@ -212,6 +215,10 @@ std::vector<generation_output> generation_engine::step() {
   auto start = std::chrono::steady_clock::now();
   auto hidden = model_.forward_cached(cache_, input);
   counters_.steps++;
+  if (cache_.graphs) {
+    counters_.graph_replays = cache_.graphs->replays();
+    counters_.graph_captures = cache_.graphs->captures();
+  }
   if (!ready.empty()) {
     at::NoGradGuard no_grad;
     auto rows = at::tensor(ready_rows, at::TensorOptions().dtype(at::kLong)).to(hidden.device());

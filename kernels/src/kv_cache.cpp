@@ -1,4 +1,5 @@
 #include "areal/kernels/kv_cache.hpp"
+#include "decode_graphs.hpp"
 
 namespace areal::kernels {
 
@@ -13,6 +14,8 @@ kv_cache::kv_cache(const model_config& config, int64_t slots, int64_t max_len, a
       pool_values.push_back(at::zeros({kv, pool_tokens, d}, options));
     }
   }
+  if (options.device().is_cuda() && decode_graphs::available())
+    graphs = std::make_shared<decode_graphs>();
   length.assign(static_cast<size_t>(slots), 0);
   shared.assign(static_cast<size_t>(slots), 0);
   shared_at.assign(static_cast<size_t>(slots), 0);

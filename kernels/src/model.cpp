@@ -3,16 +3,17 @@
 #include "areal/kernels/precision.hpp"
 #include "areal/runtime/files.hpp"
 #include "cpu_kernels.hpp"
+#include "decode_graphs.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard (LibTorch 2.x's ATen.h no longer brings it)
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
-#include <ATen/core/grad_mode.h>  // at::NoGradGuard (LibTorch 2.x's ATen.h no longer brings it)
 
 namespace areal::kernels {
 
@@ -430,6 +431,25 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
       fused::enabled() &&
       (cache.keys.empty() || (cache.keys[0].scalar_type() == at::kFloat && cache.keys[0].device().is_cpu()));
 
+  // Steady state: the step is decodes only and segment i is slot i; then the
+  // queries and outputs need no gathering.
+  bool all_decode_in_order = prefill_segments.empty() && input.fills.empty();
+  for (size_t i = 0; all_decode_in_order && i < decode_slots.size(); ++i)
+    all_decode_in_order = decode_slots[i] == static_cast<int64_t>(i);
+  if (all_decode_in_order && !decode_rows.empty() && !any_shared && !cpu_kernel) {
+    std::optional<at::Tensor> hidden;
+    if (cache.graphs)
+      hidden = cache.graphs->run(
+          cache, input.tokens, pos_of, flat_.data_ptr(),
+          [&](const at::Tensor& t, const at::Tensor& p, int64_t keys) { return decode_steady(cache, t, p, keys); });
+    if (!hidden)
+      hidden = decode_steady(cache, at::tensor(input.tokens, long_opts).to(device),
+                             at::tensor(pos_of, long_opts).to(device), decode_len);
+    for (size_t i = 0; i < input.slots.size(); ++i)
+      cache.length[static_cast<size_t>(input.slots[i])] += input.counts[i];
+    return *hidden;
+  }
+
   auto tokens = at::tensor(input.tokens, long_opts).to(device);
   auto positions = at::tensor(pos_of, long_opts).to(device);
   auto heads = at::arange(kv_heads, long_opts.device(device));
@@ -446,11 +466,6 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
     pool_rows = (heads.unsqueeze(0) * cache.pool_tokens() + at::tensor(pool_pos, long_opts).to(device).unsqueeze(1))
                     .reshape({-1});
   at::Tensor decode_row_index, decode_slot_index, decode_mask;
-  // Steady state: the step is decodes only and segment i is slot i; then the
-  // queries and outputs need no gathering.
-  bool all_decode_in_order = prefill_segments.empty() && input.fills.empty();
-  for (size_t i = 0; all_decode_in_order && i < decode_slots.size(); ++i)
-    all_decode_in_order = decode_slots[i] == static_cast<int64_t>(i);
   bool batched_aten = !cpu_kernel && !decode_rows.empty() && !any_shared;
   // The gathers only a step that is not decodes-in-slot-order needs (not the steady state).
   if (!decode_rows.empty() && !all_decode_in_order) {
@@ -530,25 +545,13 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
       else
         attn.index_copy_(0, decode_row_index, out.to(attn.scalar_type()));
     } else if (batched_aten) {
-      // All single-token decodes at once over slots [0, decode_range).
-      at::Tensor qd;
-      if (all_decode_in_order) {
-        qd = q.view({decode_range, kv_heads, group, d});
-      } else {
-        qd = at::zeros({decode_range, config_.num_attention_heads, d}, q.options());
-        qd.index_copy_(0, decode_slot_index, q.index_select(0, decode_row_index).to(qd.scalar_type()));
-        qd = qd.view({decode_range, kv_heads, group, d});
-      }
-      auto keys = ck.narrow(0, 0, decode_range).narrow(2, 0, decode_len);  // [range, kv, L, d]
-      auto vals = cv.narrow(0, 0, decode_range).narrow(2, 0, decode_len);
-      auto scores = at::matmul(qd, keys.transpose(2, 3)).mul_(scale);  // [range, kv, group, L]
-      scores.masked_fill_(decode_mask, -std::numeric_limits<float>::infinity());
-      auto probs = at::softmax(scores, -1, at::kFloat).to(vals.scalar_type());
-      auto out = at::matmul(probs, vals).view({decode_range, -1});  // [range, heads*d]
-      if (all_decode_in_order)
-        attn = out;
-      else
-        attn.index_copy_(0, decode_row_index, out.index_select(0, decode_slot_index).to(attn.scalar_type()));
+      // Decodes out of slot order (beside prefills; the steady step is decode_steady):
+      // queries gathered into slot rows [0, decode_range), all attended at once.
+      auto qd = at::zeros({decode_range, config_.num_attention_heads, d}, q.options());
+      qd.index_copy_(0, decode_slot_index, q.index_select(0, decode_row_index).to(qd.scalar_type()));
+      auto out =
+          attend_decode_slots(qd.view({decode_range, kv_heads, group, d}), ck, cv, decode_len, decode_mask, scale);
+      attn.index_copy_(0, decode_row_index, out.index_select(0, decode_slot_index).to(attn.scalar_type()));
     } else {
       // Decodes with pool prefixes off the fused path: one at a time.
       for (size_t i = 0; i < decode_rows.size(); ++i) {

@@ -44,3 +44,21 @@ inline void set_autocast(at::DeviceType device, autocast_setting s) {
 }
 
 }  // namespace areal::kernels::compat
+
+#if AREAL_CUDA_GRAPHS
+#include <ATen/cuda/CUDAGraph.h>
+
+namespace areal::kernels::compat {
+
+/// Starts a capture into `graph`; from 2.1 on confined to the capturing thread, so
+/// that another thread's CUDA calls (another engine, a trainer) do not break it.
+inline void capture_begin(at::cuda::CUDAGraph& graph, decltype(at::cuda::graph_pool_handle()) pool) {
+#if AREAL_TORCH_AT_LEAST(2, 1)
+  graph.capture_begin(pool, cudaStreamCaptureModeThreadLocal);
+#else
+  graph.capture_begin(pool);
+#endif
+}
+
+}  // namespace areal::kernels::compat
+#endif

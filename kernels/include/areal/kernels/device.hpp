@@ -20,4 +20,9 @@ bool cuda_available();
 /// it: GPU kernels run asynchronously); nothing to wait for on the CPU.
 void synchronize(const at::Device& device);
 
+/// Whether this build has the decode step's fused CUDA kernels (a LibTorch with CUDA).
+bool cuda_kernels_built();
+/// Switches them for the process (on by default): off, a GPU decode step runs op by op.
+void set_cuda_kernels(bool on);
+
 }  // namespace areal::kernels

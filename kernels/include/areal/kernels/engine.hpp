@@ -29,11 +29,10 @@
 // member reads those keys and values from there and keeps only its own tokens
 // (from the prompt's last one on) in its slot: no copy of the shared part per
 // member. A member that arrives after the first one already prefilled the
-// prompt in its own slot makes the entry from those rows (one copy, no compute). A prompt that extends an entry already in the pool (the next turn of a
-// conversation) gets a new entry whose first rows are copied from the old one
-// and only the rest computed. Entries outlive their users until the pool needs
-// the room (least recently used first) or the weights change; after a
-// re-prefill the members share the recomputation too.
+// prompt in its own slot makes the entry from those rows (one copy, no compute). A prompt that extends an entry already
+// in the pool (the next turn of a conversation) gets a new entry whose first rows are copied from the old one and only
+// the rest computed. Entries outlive their users until the pool needs the room (least recently used first) or the
+// weights change; after a re-prefill the members share the recomputation too.
 #pragma once
 
 #include <cstdint>
@@ -62,7 +61,8 @@ struct engine_config {
   int64_t prefill_chunk = 256;  // prompt tokens prefilled per step, over all sequences
   interruption_mode interruption = interruption_mode::reprefill;
   int64_t prompt_pool_tokens = 0;  // KV rows for shared prompts (0: every sequence prefills its own)
-  int64_t min_shared_prompt = 4;  // shorter common prompts are prefilled by each sequence
+  int64_t min_shared_prompt = 4;   // shorter common prompts are prefilled by each sequence
+  bool cuda_graphs = true;         // on a CUDA device, steady decode steps replay captured graphs (decode_graphs.hpp)
 };
 
 struct generation_job {
@@ -91,9 +91,9 @@ sampled_token sample_token(const at::Tensor& logits, const sampling_params& para
 
 struct engine_counters {
   uint64_t steps = 0;
-  uint64_t decode_tokens = 0;     // tokens sampled
-  uint64_t prefill_tokens = 0;    // prompt tokens processed the first time
-  uint64_t reprefill_tokens = 0;  // tokens processed again after an interruption
+  uint64_t decode_tokens = 0;         // tokens sampled
+  uint64_t prefill_tokens = 0;        // prompt tokens processed the first time
+  uint64_t reprefill_tokens = 0;      // tokens processed again after an interruption
   uint64_t shared_prompt_tokens = 0;  // prompt tokens sequences read from the pool instead of prefilling
   uint64_t pool_copied_tokens = 0;    // pool rows copied from an entry a prompt extends (not recomputed)
   uint64_t interruptions = 0;
@@ -107,6 +107,8 @@ struct engine_counters {
   double forward_seconds = 0;
   double weight_apply_seconds = 0;  // copying new weights into the model
   uint64_t weight_updates = 0;
+  uint64_t graph_replays = 0;   // decode steps run as a replayed CUDA graph
+  uint64_t graph_captures = 0;  // graphs captured (one per batch and key-count bucket met)
 };
 
 class generation_engine {
@@ -150,7 +152,7 @@ class generation_engine {
     generation_output out;
     int64_t fed = 0;  // tokens of prompt + output already in the cache (a shared prefix included)
     bool reprefill = false;
-    uint64_t prefix = 0;  // the pool entry it reads its prompt from (0: none)
+    uint64_t prefix = 0;         // the pool entry it reads its prompt from (0: none)
     uint64_t cache_weights = 0;  // weight generation its cached rows were computed with
     at::Generator generator;
     int64_t total() const { return static_cast<int64_t>(job.prompt.size() + out.tokens.size()); }
@@ -161,11 +163,11 @@ class generation_engine {
   struct prompt_prefix {
     std::vector<int32_t> tokens;
     int64_t at = 0;
-    int64_t filled = 0;         // rows computed so far
-    uint64_t weights = 0;       // weight generation that computed them
-    int64_t users = 0;          // sequences reading it
-    uint64_t last_used = 0;     // step of the last attach: eviction order
-    bool for_reprefill = false; // computed again after an interruption
+    int64_t filled = 0;          // rows computed so far
+    uint64_t weights = 0;        // weight generation that computed them
+    int64_t users = 0;           // sequences reading it
+    uint64_t last_used = 0;      // step of the last attach: eviction order
+    bool for_reprefill = false;  // computed again after an interruption
     int64_t size() const { return static_cast<int64_t>(tokens.size()); }
     bool ready() const { return filled == size(); }
   };

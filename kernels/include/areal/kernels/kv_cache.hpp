@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -10,6 +11,8 @@
 #include "areal/kernels/model_config.hpp"
 
 namespace areal::kernels {
+
+class decode_graphs;  // decode_graphs.hpp (kernels' own)
 
 /// Preallocated keys and values of `slots` sequences of up to `max_len` tokens,
 /// plus a prompt pool of `pool_tokens` rows that sequences can share: a slot
@@ -19,13 +22,16 @@ namespace areal::kernels {
 struct kv_cache {
   kv_cache(const model_config& config, int64_t slots, int64_t max_len, at::TensorOptions options,
            int64_t pool_tokens = 0);
-  std::vector<at::Tensor> keys;    // per layer: [slots, kv_heads, max_len, head_dim]
-  std::vector<at::Tensor> values;  // same
-  std::vector<int64_t> length;     // context tokens per slot, a shared prefix included
-  std::vector<int64_t> shared;     // of which read from the pool (0: none)
-  std::vector<int64_t> shared_at;  // pool row of the first shared token
+  std::vector<at::Tensor> keys;         // per layer: [slots, kv_heads, max_len, head_dim]
+  std::vector<at::Tensor> values;       // same
+  std::vector<int64_t> length;          // context tokens per slot, a shared prefix included
+  std::vector<int64_t> shared;          // of which read from the pool (0: none)
+  std::vector<int64_t> shared_at;       // pool row of the first shared token
   std::vector<at::Tensor> pool_keys;    // per layer: [kv_heads, pool_tokens, head_dim]
   std::vector<at::Tensor> pool_values;  // same
+  /// On a CUDA device (in a build with CUDA): the captured graphs of the steady
+  /// decode step over this cache's tensors; null where steps run eagerly.
+  std::shared_ptr<decode_graphs> graphs;
   int64_t slots() const { return static_cast<int64_t>(length.size()); }
   int64_t max_len() const { return keys.empty() ? 0 : keys[0].size(2); }
   int64_t pool_tokens() const { return pool_keys.empty() ? 0 : pool_keys[0].size(1); }

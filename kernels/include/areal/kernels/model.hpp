@@ -88,6 +88,15 @@ class policy_model {
   void bind_views();
   at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight) const;
   rotary rotary_for(const at::Tensor& positions) const;
+  // The steady decode step, eagerly or as a captured CUDA graph's body: slot i
+  // decodes tokens[i] at positions[i] for every slot i < tokens.size(0), none
+  // reading a shared prefix, each attending to at most the first `keys` positions.
+  // Single-token queries q [slots, kv_heads, group, head_dim] of cache slots 0..slots-1
+  // against their first `keys` cached positions, hidden_keys [slots, 1, 1, keys] masked.
+  static at::Tensor attend_decode_slots(const at::Tensor& q, const at::Tensor& cache_keys,
+                                        const at::Tensor& cache_values, int64_t keys, const at::Tensor& hidden_keys,
+                                        double scale);
+  at::Tensor decode_steady(kv_cache& cache, const at::Tensor& tokens, const at::Tensor& positions, int64_t keys) const;
   at::Tensor rotate(const at::Tensor& x, const rotary& angles) const;
 
   model_config config_;
