@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <sstream>
+#include <stdexcept>
 
 #include "areal/runtime/files.hpp"
 
@@ -12,7 +13,8 @@ namespace areal::bench {
 
 namespace {
 
-std::string config_text(const workload& w, int threads) {
+// The workload's sections; the topology (`nodes`: [cluster] and [[nodes]]) follows them.
+std::string config_text(const workload& w, const std::string& nodes) {
   std::ostringstream os;
   os << "[run]\nname = \"bench\"\nseed = 5\n\n[model]\npreset = \"" << w.preset << "\"\n\n"
      << "[task]\nmax_value = " << w.max_value << "\nmedian_terms = " << w.median_terms
@@ -21,9 +23,14 @@ std::string config_text(const workload& w, int threads) {
      << "[rl]\nsteps = " << w.rl_steps << "\nbatch_size = " << w.batch_size << "\ngroup_size = " << w.group_size
      << "\nmax_new_tokens = " << w.max_new_tokens << "\ncheckpoint_every = 0\n\n"
      << "[eval]\nprompts = " << w.eval_prompts << "\nevery = 0\n\n"
-     << "[[nodes]]\nname = \"local\"\nroles = [\"controller\", \"trainer\", \"rollout\", \"reward\"]\n"
-     << "compute_threads = " << threads << "\n";
+     << nodes;
   return os.str();
+}
+
+std::string one_node(int threads) {
+  return "[[nodes]]\nname = \"local\"\nroles = [\"controller\", \"trainer\", \"rollout\", \"reward\"]\n"
+         "compute_threads = " +
+         std::to_string(threads) + "\n";
 }
 
 }  // namespace
@@ -46,12 +53,26 @@ workload demo_workload(int64_t sft_steps, int64_t rl_steps, int64_t eval_prompts
 
 run_config make_config(const workload& w, int threads, std::vector<std::string> overrides) {
   overrides.insert(overrides.begin(), w.extra.begin(), w.extra.end());
-  auto r = parse_config(config_text(w, threads), "bench.toml", overrides);
+  auto r = parse_config(config_text(w, one_node(threads)), "bench.toml", overrides);
   if (!r.config) {
     std::cerr << "bench configuration: " << r.errors.front() << "\n";
     std::exit(1);
   }
   return *r.config;
+}
+
+std::string four_process_config(const workload& w, const std::vector<uint16_t>& ports) {
+  if (ports.size() != 4)
+    throw std::invalid_argument("four_process_config: four ports");
+  std::ostringstream nodes;
+  nodes << "[cluster]\napp_id = \"areal-bench-four\"\nsecurity = \"plain\"\nweight_transport = \"gloo\"\n"
+        << "connect_timeout_s = 120.0\n\n";
+  const char* names[] = {"head", "scorer", "gen-a", "gen-b"};
+  const char* roles[] = {"\"controller\", \"trainer\"", "\"reward\"", "\"rollout\"", "\"rollout\""};
+  for (size_t i = 0; i < 4; ++i)
+    nodes << "[[nodes]]\nname = \"" << names[i] << "\"\nhost = \"127.0.0.1\"\nport = " << ports[i] << "\nroles = ["
+          << roles[i] << "]\ncompute_threads = 1\n\n";
+  return config_text(w, nodes.str());
 }
 
 rl_job_result run_job(const run_config& config, const std::filesystem::path& dir, int threads, bool share) {

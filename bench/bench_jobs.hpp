@@ -2,6 +2,7 @@
 // task on a preset model, its configuration, and one run in this process.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -29,6 +30,12 @@ workload demo_workload(int64_t sft_steps, int64_t rl_steps, int64_t eval_prompts
 /// compute threads, no checkpoints, evaluation before and after only), with
 /// the workload's and then these overrides applied; exits on an invalid one.
 run_config make_config(const workload& w, int threads, std::vector<std::string> overrides);
+
+/// The workload as configs/four_nodes.toml's topology on loopback, as TOML: the
+/// head (controller and trainer), a scorer and two generation nodes, one compute
+/// thread each, Gloo weights, no TLS, on `ports` (four). The workload's `extra`
+/// overrides are not in it: pass them with --set.
+std::string four_process_config(const workload& w, const std::vector<uint16_t>& ports);
 
 /// One run of the job in this process, writing into `dir`; `share`: the
 /// rollout and trainer sides share the cores (false: a static split).

@@ -25,6 +25,7 @@
 #include "areal/sim/simulation.hpp"
 #include "bench_jobs.hpp"
 #include "cpu_costs.hpp"
+#include "node_process.hpp"  // tests/: areal as a child process, its log, bounded waits
 
 namespace areal::bench {
 namespace fs = std::filesystem;
@@ -131,6 +132,74 @@ sim::measured_rates scaled(sim::measured_rates r, double generate, double train,
   return r;
 }
 
+// The four-process run: configs/four_nodes.toml's topology with the rows'
+// workload, each node an `areal` process, as a user starts them.
+struct four_process_run {
+  fs::path dir;
+  double measured = 0;  // trained response tokens/s over the RL phase (its metrics)
+  double rl_seconds = 0;
+};
+
+four_process_run run_four_processes(const workload& w, const std::vector<std::string>& overrides,
+                                    const fs::path& scratch) {
+  auto base = scratch / "four";
+  fs::remove_all(base);
+  fs::create_directories(base);
+  auto config = base / "four.toml";
+  std::ofstream(config) << four_process_config(w, test::free_ports(4));
+  std::vector<std::string> sets = w.extra;
+  sets.insert(sets.end(), overrides.begin(), overrides.end());
+  sets.push_back("run.output_dir=\"" + base.string() + "\"");
+  std::vector<std::unique_ptr<test::node_process>> nodes;
+  for (std::string name : {"head", "scorer", "gen-a", "gen-b"}) {
+    std::vector<std::string> args{"--config", config.string(), "--node", name};
+    for (auto& o : sets)
+      args.insert(args.end(), {"--set", o});
+    nodes.push_back(std::make_unique<test::node_process>(args, base / (name + ".log"), base));
+    if (!nodes.back()->started())
+      throw std::runtime_error("could not start " + std::string(AREAL_BINARY));
+  }
+  auto head = nodes.front()->wait_exit(std::chrono::minutes(20));
+  if (head != 0)
+    throw std::runtime_error(
+        "the four-process run's head " +
+        (head ? "exited with " + std::to_string(*head) : std::string("did not end in 20 minutes")) + ": " +
+        nodes.front()->log());
+  for (auto& n : nodes)
+    n->wait_exit(std::chrono::seconds(30));  // the others stop when the head does; killed if not
+  four_process_run run;
+  run.dir = base / "bench";  // run.output_dir / run.name
+  auto loaded = load_config((run.dir / "config.toml").string());
+  if (!loaded.config)
+    throw std::runtime_error(run.dir.string() + "/config.toml: " + loaded.errors.front());
+  auto recorded = sim::read_recorded_run(run.dir, *loaded.config);
+  double tokens = 0;
+  for (auto& step : recorded.steps)
+    tokens += double(step.response_tokens);
+  run.rl_seconds = recorded.steps.empty() ? 0 : recorded.steps.back().seconds;
+  run.measured = run.rl_seconds > 0 ? tokens / run.rl_seconds : 0;
+  return run;
+}
+
+// The four-process run predicted from a single-node run: the costs fitted to
+// that run's trace (its engine's and trainer's steps as they ran there, sharing
+// the node's cores), for two engines and a trainer on devices of their own.
+double predict_from(const fs::path& single_node_dir, const fs::path& four_dir) {
+  auto single = load_config((single_node_dir / "config.toml").string());
+  auto four = load_config((four_dir / "config.toml").string());
+  if (!single.config || !four.config)
+    throw std::runtime_error("a config.toml of the four-process prediction could not be read");
+  auto recorded = sim::read_recorded_run(single_node_dir, *single.config);
+  auto setup = sim::replay_setup(recorded, *four.config);
+  setup.devices = 3;  // gen-a, gen-b, and the head's trainer
+  setup.generation_share = 2.0 / 3.0;
+  setup.keep_log = false;
+  auto simulated = sim::simulate(setup);
+  if (simulated.exit_code != 0 || simulated.steps != setup.steps)
+    throw std::runtime_error("the four-process prediction ended early: " + simulated.end_reason);
+  return response_rate(simulated, setup.work.prompt_tokens);
+}
+
 }  // namespace
 
 nlohmann::json validate_on_this_machine(bool quick, int threads, std::ostream& out) {
@@ -180,13 +249,22 @@ nlohmann::json validate_on_this_machine(bool quick, int threads, std::ostream& o
   for (auto& r : rows) {
     auto overrides = r.eta == 0 ? std::vector<std::string>{"rl.mode=\"sync\"", "rl.record_trajectories=true"}
                                 : std::vector<std::string>{"rl.eta=" + std::to_string(r.eta)};
-    auto [result, dir] = run(r.eta == 0 ? "sync" : "async", overrides);
+    auto [result, dir] = run(r.eta == 0 ? "sync" : "async-eta" + std::to_string(r.eta), overrides);
     r.measured = double(result.stats.trained_tokens) / result.rl_seconds;
     r.rl_seconds = result.rl_seconds;
     std::tie(r.generate_seconds, r.train_seconds) = busy_seconds(dir);
     r.replayed = replay_rate(dir, r);
   }
   auto work = workload_of(scratch / "sync" / "trajectories.jsonl", base);
+
+  // The four-process run (configs/four_nodes.toml's topology, the workload at eta 2), and its prediction
+  // from the single-node eta=2 row's fitted costs.
+  constexpr int64_t four_eta = 2;
+  auto four = run_four_processes(w, {"model.path=\"" + model_dir.string() + "\"", "sft.steps=0", "rl.eta=2"}, scratch);
+  row four_row{"4 processes", four_eta};
+  four_row.measured = four.measured;
+  four_row.replayed = replay_rate(four.dir, four_row);
+  double four_predicted = predict_from(scratch / ("async-eta" + std::to_string(four_eta)), four.dir);
   fs::remove_all(scratch);
 
   nlohmann::json report = {{"cost_model_isolated", isolated->describe()},
@@ -266,6 +344,21 @@ nlohmann::json validate_on_this_machine(bool quick, int threads, std::ostream& o
   }
   out << fmt::format("  largest error {:.1f}% (target: 15% per row)\n", 100 * worst);
   report["replayed"] = {{"rows", replays}, {"largest_error", worst}};
+
+  double predicted_error = four_predicted / four_row.measured - 1,
+         replayed_error = four_row.replayed / four_row.measured - 1;
+  out << fmt::format(
+      "four processes (head: controller + trainer; scorer; gen-a and gen-b; one compute thread each, Gloo weights, "
+      "loopback; eta {}, {} steps):\n"
+      "  measured {:.0f} tok/s over {:.2f} s; predicted from the single-node eta={} row's fitted costs {:.0f} "
+      "({:+.1f}%); replayed from its own trace {:.0f} ({:+.1f}%, fit R^2 {:.2f}/{:.2f})\n"
+      "  (the prediction carries the single-node run's step costs, its engine and trainer sharing the cores, to "
+      "three processes of one thread each on the same cores: no model of their contention)\n",
+      four_eta, base.rl.steps, four_row.measured, four.rl_seconds, four_eta, four_predicted, 100 * predicted_error,
+      four_row.replayed, 100 * replayed_error, four_row.engine_r2, four_row.trainer_r2);
+  report["four_processes"] = {{"measured_tokens_per_s", four_row.measured}, {"rl_seconds", four.rl_seconds},
+                              {"predicted_tokens_per_s", four_predicted},   {"prediction_error", predicted_error},
+                              {"replayed_tokens_per_s", four_row.replayed}, {"replay_error", replayed_error}};
   return report;
 }
 
