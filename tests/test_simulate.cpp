@@ -243,8 +243,10 @@ TEST_CASE("a length table is read from a list or from a run's trajectories.jsonl
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "lengths.txt") << "# lengths of a run\n12\n\n30 3  # three of them\n";
   CHECK(read_length_table((dir / "lengths.txt").string()) == std::vector<int64_t>{12, 30, 30, 30});
-  std::ofstream(dir / "trajectories.jsonl") << R"({"group":0,"index":0,"output_tokens":[5,6,7]})" << "\n"
-                                            << R"({"group":0,"index":1,"output_tokens":[9]})" << "\n";
+  std::ofstream(dir / "trajectories.jsonl") << R"({"group":0,"index":0,"output_tokens":[5,6,7]})"
+                                            << "\n"
+                                            << R"({"group":0,"index":1,"output_tokens":[9]})"
+                                            << "\n";
   CHECK(read_length_table((dir / "trajectories.jsonl").string()) == std::vector<int64_t>{3, 1});
   std::ofstream(dir / "bad.txt") << "12\nlong\n";
   CHECK_THROWS_WITH_AS(read_length_table((dir / "bad.txt").string()), doctest::Contains("bad.txt:2"),
@@ -350,8 +352,8 @@ TEST_CASE("on one node's shared cores the engine and the trainer slow each other
   setup.costs = std::make_shared<fitted_costs>(slower);
   auto always_slow = simulate(setup);
   REQUIRE(shared.steps == setup.steps);
-  CHECK(shared.virtual_seconds > own_cores.virtual_seconds * 1.05);     // they slowed each other...
-  CHECK(shared.virtual_seconds < always_slow.virtual_seconds * 0.95);   // ...only while both computed
+  CHECK(shared.virtual_seconds > own_cores.virtual_seconds * 1.05);    // they slowed each other...
+  CHECK(shared.virtual_seconds < always_slow.virtual_seconds * 0.95);  // ...only while both computed
   // Synchronous: generation and training alternate, never computing together.
   setup.colocated = true;
   setup.eta = 0;
@@ -362,4 +364,61 @@ TEST_CASE("on one node's shared cores the engine and the trainer slow each other
   auto sync_shared = simulate(setup);
   CHECK(sync_shared.virtual_seconds == sync_own.virtual_seconds);
   CHECK(sync_shared.schedule_hash == sync_own.schedule_hash);
+}
+
+TEST_CASE("one-thread members on fewer cores than they are run at the cores' share while they outnumber them") {
+  auto setup = small_setup();
+  setup.devices = 3;  // two engines and the trainer, one thread each
+  setup.generation_share = 2.0 / 3.0;
+  REQUIRE(setup.engines() == 2);
+  auto own_cores = simulate(setup);
+  setup.shared_cores = 3;  // a core for each: nobody waits
+  auto enough = simulate(setup);
+  CHECK(enough.virtual_seconds == own_cores.virtual_seconds);
+  CHECK(enough.schedule_hash == own_cores.schedule_hash);
+  setup.shared_cores = 2;
+  auto two = simulate(setup);
+  setup.shared_cores = 1;
+  auto one = simulate(setup);
+  REQUIRE(two.steps == setup.steps);
+  REQUIRE(one.steps == setup.steps);
+  // The engines compute nearly all the time and the trainer a tenth of it: on two cores the three slow
+  // each other only while the trainer computes; on one the two engines halve each other's speed.
+  REQUIRE(own_cores.engine_busy_share > 0.9);
+  REQUIRE(own_cores.trainer_busy_share < 0.2);
+  CHECK(two.virtual_seconds > own_cores.virtual_seconds * 1.02);
+  CHECK(one.virtual_seconds > own_cores.virtual_seconds * 1.9);
+  // Three on two cores are at worst 1.5x slower, and only while all three compute.
+  auto alone = dynamic_cast<const fitted_costs&>(*setup.costs).rates();
+  auto slower = alone;
+  for (auto* x : {&slower.decode_base, &slower.decode_per_sequence, &slower.decode_per_context,
+                  &slower.prefill_per_token, &slower.train_base, &slower.train_per_token})
+    *x *= 1.5;
+  setup.shared_cores = 0;
+  setup.costs = std::make_shared<fitted_costs>(slower);
+  auto always_slow = simulate(setup);
+  CHECK(two.virtual_seconds < always_slow.virtual_seconds * 0.98);
+  // One core, never idle: the run lasts as long as all the members' work done one after the other, also
+  // when the engines go idle at different times (eta 0: each drains its share of a batch, then waits), which
+  // speeds up the one still computing.
+  auto work_of = [](const sim_result& r) {
+    return r.virtual_seconds * (2 * r.engine_busy_share + r.trainer_busy_share);
+  };
+  CHECK(one.virtual_seconds == doctest::Approx(work_of(own_cores)).epsilon(0.01));
+  auto in_turns = small_setup();
+  in_turns.devices = 3;
+  in_turns.generation_share = 2.0 / 3.0;
+  in_turns.eta = 0;
+  in_turns.work.reward_median_s = 1e-4;
+  auto in_turns_own = simulate(in_turns);
+  in_turns.shared_cores = 1;
+  auto in_turns_one = simulate(in_turns);
+  CHECK(in_turns_one.virtual_seconds == doctest::Approx(work_of(in_turns_own)).epsilon(0.01));
+
+  setup.costs = std::make_shared<fitted_costs>(alone, slower);
+  setup.shared_cores = 2;
+  CHECK_THROWS_WITH_AS(simulate(setup), doctest::Contains("model the same contention twice"), std::invalid_argument);
+  setup.costs = std::make_shared<fitted_costs>(alone);
+  setup.shared_cores = -1;
+  CHECK_THROWS_WITH_AS(simulate(setup), doctest::Contains("shared_cores must be"), std::invalid_argument);
 }

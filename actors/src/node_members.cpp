@@ -5,14 +5,18 @@
 
 #include <caf/all.hpp>
 
+#include <algorithm>
+#include <chrono>
+#include <map>
 #include <optional>
+#include <string>
 #include <utility>
 
-#include "areal/kernels/compute_threads.hpp"
-#include "areal/actors/reward_pool.hpp"
 #include "areal/actors/exception_guard.hpp"
+#include "areal/actors/reward_pool.hpp"
 #include "areal/actors/rl_job.hpp"
 #include "areal/actors/weight_transport.hpp"
+#include "areal/kernels/compute_threads.hpp"
 #include "areal/runtime/log.hpp"
 #include "job_parts.hpp"
 
@@ -34,11 +38,20 @@ struct members_state {
   bool rollouts_joined = false;
   std::optional<trainer_side> trainer;  // the trainer's node: once the controller's job asked for it
   std::shared_ptr<tracer> trace;
+  std::map<std::string, int> join_attempts;  // by role, while the controller node answers not_ready
+  int publisher_attempts = 0;
 };
 
 using members_pointer = node_members_actor::stateful_pointer<members_state>;
 
-constexpr auto retry_interval = std::chrono::seconds(1);
+// Asking the controller node again while it answers not_ready (its warm start
+// runs first): soon at first, so that a member joins within tens of
+// milliseconds of the job's start (a fixed second made every member of a
+// multi-node run join up to a second late, idle time on every run's clock),
+// then once a second.
+std::chrono::milliseconds retry_backoff(int attempt) {
+  return std::chrono::milliseconds(std::min(1000, 20 << std::min(attempt, 6)));
+}
 
 // Hands one member to the run; the controller node answers not_ready until
 // its job runs (the warm start comes first), so this asks again until then.
@@ -53,7 +66,7 @@ void join_run(members_pointer self, const std::string& role, const caf::actor& m
           [self, role, member](caf::error& err) {
             if (err != node_errc::not_ready)
               spdlog::warn("joining the run failed ({}); trying again", describe(err));
-            self->delayed_send(self, retry_interval, join_atom::value, role, member);
+            self->delayed_send(self, retry_backoff(self->state.join_attempts[role]++), join_atom::value, role, member);
           });
 }
 
@@ -64,7 +77,7 @@ void join_run(members_pointer self, const std::string& role, const caf::actor& m
 void subscribe_to(members_pointer self, const caf::actor& publisher) {
   auto& st = self->state;
   if (st.rollouts.empty() || !publisher || (st.subscriber && publisher.address() == st.publisher))
-    return;  // nothing to subscribe, or subscribed to it already
+    return;             // nothing to subscribe, or subscribed to it already
   if (st.subscriber) {  // to a publisher that went away unnoticed here (its node was lost)
     auto old = std::exchange(st.subscriber, caf::actor{});
     self->unlink_from(old);
@@ -84,15 +97,16 @@ void subscribe_to_weights(members_pointer self) {
       .then(
           [self](caf::actor& publisher) {
             if (publisher.address() == self->state.lost_publisher) {
-              self->delayed_send(self, retry_interval, publisher_atom::value);
+              self->delayed_send(self, retry_backoff(self->state.publisher_attempts++), publisher_atom::value);
               return;
             }
+            self->state.publisher_attempts = 0;
             subscribe_to(self, publisher);
           },
           [self](caf::error& err) {
             if (err != node_errc::not_ready)
               spdlog::warn("asking for the weight publisher failed ({}); trying again", describe(err));
-            self->delayed_send(self, retry_interval, publisher_atom::value);
+            self->delayed_send(self, retry_backoff(self->state.publisher_attempts++), publisher_atom::value);
           });
 }
 
@@ -123,7 +137,7 @@ node_members_actor spawn_node_members(caf::actor_system& sys, const run_config& 
                    describe(msg.reason));
       s.lost_publisher = s.publisher;
       s.subscriber = caf::actor{};
-      self->delayed_send(self, retry_interval, publisher_atom::value);
+      self->delayed_send(self, retry_backoff(s.publisher_attempts++), publisher_atom::value);
     });
     if (self_spec.has(role::trainer))
       join_run(self, "trainer", caf::actor_cast<caf::actor>(self));  // the job asks for the trainer side

@@ -120,8 +120,13 @@ int run_node(const run_config& config, const node_spec& self_spec, const node_ru
           self->send_exit(node, caf::exit_reason::user_shutdown);
           return exit_bad_input;
         }
-        auto port = uses_tls(config) ? caf::openssl::publish(node, self_spec.port, self_spec.host.c_str(), false)
-                                     : sys.middleman().publish(node, self_spec.port, self_spec.host.c_str(), false);
+        // Reusing the address (SO_REUSEADDR) lets a node that stopped listen again at once on its port,
+        // which the last run's connections otherwise hold for a minute (TIME_WAIT); a port another
+        // process listens on is still refused.
+        constexpr bool reuse_address = true;
+        auto port = uses_tls(config)
+                        ? caf::openssl::publish(node, self_spec.port, self_spec.host.c_str(), reuse_address)
+                        : sys.middleman().publish(node, self_spec.port, self_spec.host.c_str(), reuse_address);
         if (!port) {
           spdlog::error(
               "cannot listen on {}:{}: {}. Another process may use the port: stop it, or change the port of "

@@ -34,7 +34,8 @@ namespace {
 struct timed_handler {
   explicit timed_handler(sim_world& w) : world(w), start(std::chrono::steady_clock::now()) {}
   ~timed_handler() {
-    world.member_wall_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+    world.member_wall_ns +=
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
   }
   sim_world& world;
   std::chrono::steady_clock::time_point start;
@@ -57,8 +58,8 @@ struct sim_sequence {
   uint64_t group = 0;
   uint32_t index = 0;
   int64_t prompt = 0, target = 0, generated = 0;
-  bool cached = false;           // its KV cache holds its context (false: a prefill is due)
-  std::vector<int64_t> runs;     // (version, tokens) of its output so far
+  bool cached = false;            // its KV cache holds its context (false: a prefill is due)
+  std::vector<int64_t> runs;      // (version, tokens) of its output so far
   caf::response_promise promise;  // the controller's request
   caf::actor pool, store;
 };
@@ -75,6 +76,7 @@ struct engine_state {
   bool running = false;
   bool computing = false;  // counted in sim_world::engines_computing
   bool shared = false;     // the segment runs while the trainer computes on the same cores
+  double slowdown = 1;     // the segment's steps take this many times their time alone (shared_cores)
   uint64_t id = 0;
   int64_t start = 0, prefill_end = 0, end = 0, steps = 0, batch = 0;
   double context = 0;
@@ -90,17 +92,24 @@ const cost_model& segment_costs(const engine_state& st) {
 }
 
 int64_t step_ns(const engine_state& st, int64_t batch, double context) {
-  return std::max<int64_t>(1, to_ns(segment_costs(st).decode_step_seconds(batch, context)));
+  return std::max<int64_t>(1, to_ns(segment_costs(st).decode_step_seconds(batch, context) * st.slowdown));
 }
 
-// On shared cores the trainer's speed depends on whether an engine computes: tell it when that changes.
-void set_computing(engine_state& st, bool computing) {
+// On shared cores the others' speed depends on whether this engine computes:
+// tell them when that changes (the trainer; with shared_cores the other engines too).
+void set_computing(engine_state& st, const caf::actor& self, bool computing) {
   if (st.computing == computing)
     return;
   st.computing = computing;
-  st.world->engines_computing += computing ? 1 : -1;
-  if (st.world->setup.costs->when_sharing())
-    caf::anon_send(st.world->store, sim_load_atom::value);
+  auto& w = *st.world;
+  w.engines_computing += computing ? 1 : -1;
+  if (!w.contended())
+    return;
+  caf::anon_send(w.store, sim_load_atom::value);
+  if (w.setup.shared_cores > 0)
+    for (auto& e : w.engines)
+      if (e != self)
+        caf::anon_send(e, sim_load_atom::value);
 }
 
 double context_of(const std::vector<sim_sequence>& seqs) {
@@ -136,9 +145,9 @@ void plan(engine_pointer self, int64_t now) {
   for (auto& s : st.active)
     if (s.generated >= s.target)
       finish_sequence(self, s, now);
-  st.active.erase(std::remove_if(st.active.begin(), st.active.end(),
-                                 [](const sim_sequence& s) { return s.generated >= s.target; }),
-                  st.active.end());
+  st.active.erase(
+      std::remove_if(st.active.begin(), st.active.end(), [](const sim_sequence& s) { return s.generated >= s.target; }),
+      st.active.end());
   bool waiting_mode = w.setup.on_weights == interruption::wait;
   if (st.newest > st.version && (!waiting_mode || st.active.empty())) {
     int64_t interrupted = 0;
@@ -158,10 +167,11 @@ void plan(engine_pointer self, int64_t now) {
     st.waiting.pop_front();
   }
   st.running = !st.active.empty();
-  set_computing(st, st.running);
+  set_computing(st, caf::actor_cast<caf::actor>(self), st.running);
   if (!st.running)
     return;
   st.shared = w.training && costs.when_sharing();
+  st.slowdown = w.slowdown();
   auto& now_costs = segment_costs(st);
   double fresh_tokens = 0, fresh_attended = 0, again_tokens = 0, again_attended = 0;
   int64_t steps = INT64_MAX;
@@ -187,8 +197,11 @@ void plan(engine_pointer self, int64_t now) {
     attended += g * p + 0.5 * g * (g + 1);
     s.cached = true;
   }
-  int64_t again = again_tokens > 0 ? to_ns(now_costs.prefill_seconds(again_tokens, again_attended)) : 0;
-  int64_t prefill = again + (fresh_tokens > 0 ? to_ns(now_costs.prefill_seconds(fresh_tokens, fresh_attended)) : 0);
+  auto prefill_ns = [&](double tokens, double attended) {
+    return tokens > 0 ? to_ns(now_costs.prefill_seconds(tokens, attended) * st.slowdown) : 0;
+  };
+  int64_t again = prefill_ns(again_tokens, again_attended);
+  int64_t prefill = again + prefill_ns(fresh_tokens, fresh_attended);
   w.reprefill_ns += again;
   w.prefill_tokens += std::llround(fresh_tokens + again_tokens);
   st.batch = static_cast<int64_t>(st.active.size());
@@ -358,7 +371,7 @@ struct store_state {
   // counted, its length alone and shared, and the tick that ends it.
   double work_left = 0;
   int64_t counted_at = 0;
-  bool counted_shared = false;  // at the shared speed since counted_at
+  double counted_s = 0;  // the whole step's length at the speed it has had since counted_at
   double alone_s = 0, shared_s = 0;
   uint64_t tick = 0;
 };
@@ -366,21 +379,22 @@ struct store_state {
 // The training step's end from now at the speed the engines computing now allow.
 void schedule_step_end(caf::stateful_actor<store_state>* self, int64_t now) {
   auto& st = self->state;
-  st.counted_shared = st.world->engines_computing > 0;
-  double seconds = st.counted_shared ? st.shared_s : st.alone_s;
+  auto& w = *st.world;
+  st.counted_s = (w.engines_computing > 0 ? st.shared_s : st.alone_s) * w.slowdown();
   st.counted_at = now;
-  self->delayed_send(self, std::chrono::nanoseconds(to_ns(st.work_left * seconds)), sim_trained_atom::value,
+  self->delayed_send(self, std::chrono::nanoseconds(to_ns(st.work_left * st.counted_s)), sim_trained_atom::value,
                      ++st.tick);
 }
 
 // The engines run at a new speed now that training started or stopped.
 void tell_engines(store_state& st) {
-  if (st.world->setup.costs->when_sharing())
+  if (st.world->contended())
     for (auto& e : st.engines)
       caf::anon_send(e, sim_load_atom::value);
 }
 
-caf::behavior store_behavior(caf::stateful_actor<store_state>* self, sim_world* world, std::vector<caf::actor> engines) {
+caf::behavior store_behavior(caf::stateful_actor<store_state>* self, sim_world* world,
+                             std::vector<caf::actor> engines) {
   self->state.world = world;
   self->state.engines = std::move(engines);
   return {
@@ -419,8 +433,8 @@ caf::behavior store_behavior(caf::stateful_actor<store_state>* self, sim_world* 
         r.max_staleness = st.version - oldest;
         auto& costs = *w.setup.costs;
         st.alone_s = costs.train_seconds(lengths, w.setup.trainer_devices());
-        st.shared_s = costs.when_sharing() ? costs.when_sharing()->train_seconds(lengths, w.setup.trainer_devices())
-                                           : st.alone_s;
+        st.shared_s =
+            costs.when_sharing() ? costs.when_sharing()->train_seconds(lengths, w.setup.trainer_devices()) : st.alone_s;
         st.work_left = 1;
         st.report = r;
         st.train_start = now;
@@ -437,8 +451,7 @@ caf::behavior store_behavior(caf::stateful_actor<store_state>* self, sim_world* 
           return;
         auto now = st.world->now_ns(self->clock());
         // The work done since it was last counted, at the speed it had.
-        double seconds = st.counted_shared ? st.shared_s : st.alone_s;
-        st.work_left = std::max(0.0, st.work_left - double(now - st.counted_at) * 1e-9 / seconds);
+        st.work_left = std::max(0.0, st.work_left - double(now - st.counted_at) * 1e-9 / st.counted_s);
         schedule_step_end(self, now);
       },
       [self](sim_trained_atom, uint64_t tick) {
@@ -453,8 +466,8 @@ caf::behavior store_behavior(caf::stateful_actor<store_state>* self, sim_world* 
         st.report.seconds = double(now - st.train_start) * 1e-9;
         w.trainer_busy_ns += now - st.train_start;
         st.version = st.report.version;
-        w.trained.push_back({st.version, double(now) * 1e-9, st.report.samples, st.report.tokens,
-                             st.report.max_staleness});
+        w.trained.push_back(
+            {st.version, double(now) * 1e-9, st.report.samples, st.report.tokens, st.report.max_staleness});
         w.record(now, fmt::format("version {}", st.version));
         st.training.deliver(st.report);
         // The weights go to each node of engines in turn (colocated: already in place).

@@ -39,10 +39,17 @@ struct sim_world {
   int64_t engine_busy_ns = 0, reprefill_ns = 0, trainer_busy_ns = 0;
   std::vector<step_point> trained;
   int64_t member_wall_ns = 0;  // real time spent in the simulated members' handlers
-  // Cores shared by the engines and the trainer (cost_model::when_sharing): who computes now.
+  // Cores shared by the engines and the trainer (cost_model::when_sharing, sim_setup::shared_cores): who
+  // computes now.
   int64_t engines_computing = 0;
   bool training = false;
   caf::actor store;
+  std::vector<caf::actor> engines;
+
+  /// How many times slower than alone a member computes now (sim_setup::shared_cores).
+  double slowdown() const { return setup.slowdown(engines_computing + (training ? 1 : 0)); }
+  /// Whether the members' speeds depend on who else computes.
+  bool contended() const { return setup.shared_cores > 0 || setup.costs->when_sharing(); }
 
   /// Nanoseconds of virtual time since the start.
   int64_t now_ns(const caf::actor_clock& clock) const;

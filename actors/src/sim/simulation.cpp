@@ -3,11 +3,12 @@
 // each next timed message once nothing else is left to run.
 #include "areal/sim/simulation.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 
-#include <caf/scheduler/test_coordinator.hpp>
 #include <fmt/format.h>
+#include <caf/scheduler/test_coordinator.hpp>
 
 #include "areal/actors/controller.hpp"
 #include "sim_members.hpp"
@@ -47,20 +48,31 @@ void sim_setup::check() const {
   if (eta < -1)
     fail("eta must be 0 or more, or -1 for unbounded");
   if (colocated && eta != 0)
-    fail("a colocated run trains on the devices that generate, so it is synchronous: set eta = 0 (or colocated = "
-         "false)");
+    fail(
+        "a colocated run trains on the devices that generate, so it is synchronous: set eta = 0 (or colocated = "
+        "false)");
   if (!colocated && (generation_share <= 0 || generation_share >= 1))
     fail("generation_share must be between 0 and 1 (exclusive): some devices generate, the others train");
   if (engines() < 1)
-    fail(fmt::format("{} device(s) make no rollout engine of {} device(s); give more devices or a larger "
-                     "generation_share",
-                     devices, costs->devices_per_engine()));
+    fail(
+        fmt::format("{} device(s) make no rollout engine of {} device(s); give more devices or a larger "
+                    "generation_share",
+                    devices, costs->devices_per_engine()));
   if (trainer_devices() < 1)
     fail("no device is left to train: lower generation_share");
+  if (shared_cores < 0)
+    fail("shared_cores must be 0 (devices of their own) or the number of cores the members share");
+  if (shared_cores > 0 && costs->when_sharing())
+    fail(
+        "shared_cores and a cost model with costs for shared cores (when_sharing) model the same contention "
+        "twice: use one of them");
+  if (shared_cores > 0 && colocated)
+    fail("shared_cores models engines and a trainer computing at once; a colocated run never does: unset one");
   if (slots_per_engine() < 1)
-    fail(fmt::format("an engine's KV cache ({:.0f} tokens) does not hold one sequence of {} prompt and {} response "
-                     "tokens",
-                     costs->kv_capacity_tokens(), work.prompt_tokens, work.max_new_tokens));
+    fail(
+        fmt::format("an engine's KV cache ({:.0f} tokens) does not hold one sequence of {} prompt and {} response "
+                    "tokens",
+                    costs->kv_capacity_tokens(), work.prompt_tokens, work.max_new_tokens));
   if (work.prompt_tokens < 1 || work.max_new_tokens < 1 || work.reward_workers < 1)
     fail("prompt_tokens, max_new_tokens and reward_workers must each be at least 1");
 }
@@ -72,6 +84,10 @@ int64_t sim_setup::engines() const {
 
 int64_t sim_setup::trainer_devices() const {
   return colocated ? devices : devices - engines() * costs->devices_per_engine();
+}
+
+double sim_setup::slowdown(int64_t computing) const {
+  return shared_cores > 0 ? std::max(1.0, double(computing) / double(shared_cores)) : 1.0;
 }
 
 int64_t sim_setup::slots_per_engine() const {
@@ -112,6 +128,7 @@ sim_result simulate(const sim_setup& setup) {
   auto scorers = spawn_scorers(sys, world);
   auto store = spawn_store(sys, world, engines);
   world.store = store;
+  world.engines = engines;
   auto listener = spawn_listener(sys, world);
 
   controller_setup c;
