@@ -415,9 +415,6 @@ TEST_CASE("one-thread members on fewer cores than they are run at the cores' sha
   auto in_turns_one = simulate(in_turns);
   CHECK(in_turns_one.virtual_seconds == doctest::Approx(work_of(in_turns_own)).epsilon(0.01));
 
-  setup.costs = std::make_shared<fitted_costs>(alone, slower);
-  setup.shared_cores = 2;
-  CHECK_THROWS_WITH_AS(simulate(setup), doctest::Contains("model the same contention twice"), std::invalid_argument);
   setup.costs = std::make_shared<fitted_costs>(alone);
   setup.shared_cores = -1;
   CHECK_THROWS_WITH_AS(simulate(setup), doctest::Contains("shared_cores must be"), std::invalid_argument);

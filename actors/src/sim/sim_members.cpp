@@ -170,7 +170,7 @@ void plan(engine_pointer self, int64_t now) {
   set_computing(st, caf::actor_cast<caf::actor>(self), st.running);
   if (!st.running)
     return;
-  st.shared = w.training && costs.when_sharing();
+  st.shared = costs.when_sharing() && (w.training || (w.setup.shared_cores > 0 && w.engines_computing > 1));
   st.slowdown = w.slowdown();
   auto& now_costs = segment_costs(st);
   double fresh_tokens = 0, fresh_attended = 0, again_tokens = 0, again_attended = 0;

@@ -62,10 +62,6 @@ void sim_setup::check() const {
     fail("no device is left to train: lower generation_share");
   if (shared_cores < 0)
     fail("shared_cores must be 0 (devices of their own) or the number of cores the members share");
-  if (shared_cores > 0 && costs->when_sharing())
-    fail(
-        "shared_cores and a cost model with costs for shared cores (when_sharing) model the same contention "
-        "twice: use one of them");
   if (shared_cores > 0 && colocated)
     fail("shared_cores models engines and a trainer computing at once; a colocated run never does: unset one");
   if (slots_per_engine() < 1)
