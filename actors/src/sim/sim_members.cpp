@@ -8,6 +8,8 @@
 #include <map>
 #include <queue>
 #include <set>
+#include <unordered_map>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -81,6 +83,10 @@ struct engine_state {
   int64_t start = 0, prefill_end = 0, end = 0, steps = 0, batch = 0;
   double context = 0;
   std::set<uint64_t> prompts;  // groups whose prompt the cache holds (shared_prompts), under the current weights
+  // Sequences here (active) per group, and the groups that have had none since the prompts were last pruned:
+  // kept as sequences come and go, since rebuilding them every step boundary took half of a 512-device run.
+  std::unordered_map<uint64_t, int64_t> here;
+  std::vector<uint64_t> emptied;
 };
 
 using engine_pointer = caf::stateful_actor<engine_state>*;
@@ -143,8 +149,13 @@ void plan(engine_pointer self, int64_t now) {
   auto& w = *st.world;
   auto& costs = *w.setup.costs;
   for (auto& s : st.active)
-    if (s.generated >= s.target)
+    if (s.generated >= s.target) {
       finish_sequence(self, s, now);
+      if (auto it = st.here.find(s.group); it != st.here.end() && --it->second == 0) {
+        st.here.erase(it);
+        st.emptied.push_back(s.group);
+      }
+    }
   st.active.erase(
       std::remove_if(st.active.begin(), st.active.end(), [](const sim_sequence& s) { return s.generated >= s.target; }),
       st.active.end());
@@ -163,6 +174,7 @@ void plan(engine_pointer self, int64_t now) {
   bool draining = waiting_mode && st.newest > st.version;
   auto slots = static_cast<size_t>(w.slots);
   while (!draining && !st.waiting.empty() && st.active.size() < slots) {
+    st.here[st.waiting.front().group]++;
     st.active.push_back(std::move(st.waiting.front()));
     st.waiting.pop_front();
   }
@@ -175,13 +187,11 @@ void plan(engine_pointer self, int64_t now) {
   auto& now_costs = segment_costs(st);
   double fresh_tokens = 0, fresh_attended = 0, again_tokens = 0, again_attended = 0;
   int64_t steps = INT64_MAX;
-  if (w.setup.shared_prompts) {  // a prompt stays cached while a sequence of its group is here
-    std::set<uint64_t> here;
-    for (auto& s : st.active)
-      here.insert(s.group);
-    for (auto it = st.prompts.begin(); it != st.prompts.end();)
-      it = here.count(*it) ? std::next(it) : st.prompts.erase(it);
-  }
+  // A prompt stays cached while a sequence of its group is here.
+  for (auto group : st.emptied)
+    if (!st.here.count(group))
+      st.prompts.erase(group);
+  st.emptied.clear();
   for (auto& s : st.active) {
     steps = std::min(steps, s.target - s.generated);
     if (s.cached)
