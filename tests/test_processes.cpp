@@ -68,6 +68,22 @@ TEST_CASE("two nodes connect worker-first and exchange trajectories and both exi
   CHECK(std::filesystem::exists(t.dir.path / "runs/proc/config.worker.toml"));
 }
 
+TEST_CASE("a node that ended a run listens on its port again at once") {
+  two_nodes t{"restart"};
+  auto head = t.start("head");
+  auto worker = t.start("worker");
+  check_joined(*head, *worker);
+  REQUIRE(head->wait_exit(15s) == 0);
+  REQUIRE(worker->wait_exit(15s) == 0);
+  // The run's connections to their ports now wait out TIME_WAIT (about a minute) on the side that closed
+  // first; the ports themselves are free.
+  for (std::string node : {"head", "worker"}) {
+    auto again = t.start(node, {"--run-dir", (t.dir.path / ("again-" + node)).string()});
+    CHECK_MESSAGE(again->wait_for("listening on 127.0.0.1:", 10s), again->log());
+    CHECK(again->log().find("cannot listen") == std::string::npos);
+  }
+}
+
 TEST_CASE("two nodes connect head-first too with the worker selected by --role") {
   two_nodes t{"head-first"};
   auto head = t.start("head");
