@@ -152,7 +152,9 @@ sim::measured_rates scaled(sim::measured_rates r, double generate, double train,
 // workload, each node an `areal` process, as a user starts them.
 struct four_process_run {
   fs::path dir;
-  double measured = 0;  // trained response tokens/s over the RL phase (its metrics)
+  run_config config;           // its resolved configuration
+  sim::recorded_run recorded;  // its metrics and the costs fitted to its trace
+  double measured = 0;         // trained response tokens/s over the RL phase (its metrics)
   double rl_seconds = 0;
   double first_step_s = 0;  // when the first step ended
   double after_first = 0;   // trained response tokens/s from the first step's end to the last's
@@ -191,7 +193,9 @@ four_process_run run_four_processes(const workload& w, const std::vector<std::st
   auto loaded = load_config((run.dir / "config.toml").string());
   if (!loaded.config)
     throw std::runtime_error(run.dir.string() + "/config.toml: " + loaded.errors.front());
-  auto recorded = sim::read_recorded_run(run.dir, *loaded.config);
+  run.config = *loaded.config;
+  run.recorded = sim::read_recorded_run(run.dir, run.config);
+  auto& recorded = run.recorded;
   double tokens = 0, samples = 0;
   for (auto& step : recorded.steps) {
     tokens += double(step.response_tokens);
@@ -238,14 +242,9 @@ four_validation validate_four_processes(const workload& w, const run_config& bas
   row measured{"4 processes", eta};
   measured.replayed = replay_rate(run.dir, measured);
   std::tie(measured.generate_seconds, measured.train_seconds) = busy_seconds(run.dir);
-  auto calibration_config = load_config((calibration.dir / "config.toml").string());
-  if (!calibration_config.config)
-    throw std::runtime_error("the four-process calibration run's config.toml: " + calibration_config.errors.front());
-  auto calibration_recorded = sim::read_recorded_run(calibration.dir, *calibration_config.config);
-  auto calibration_costs = calibration_recorded.costs;
   // The processes' start-up (loading, the engines' KV caches, joining, first steps' warm-up), which the
   // simulation has not: how much later the calibration run's first step ended than its own replay's.
-  auto calibration_setup = sim::replay_setup(calibration_recorded, *calibration_config.config);
+  auto calibration_setup = sim::replay_setup(calibration.recorded, calibration.config);
   calibration_setup.keep_log = false;
   auto calibration_replayed = sim::simulate(calibration_setup);
   if (calibration_replayed.trained.empty())
@@ -283,8 +282,8 @@ four_validation validate_four_processes(const workload& w, const run_config& bas
   for (auto [name, costs, delay] :
        {std::make_tuple(std::string{"isolated"},
                         std::make_shared<sim::fitted_costs>(one_thread.alone, one_thread.shared), 0.0),
-        std::make_tuple(std::string{"calibrated"}, std::make_shared<sim::fitted_costs>(calibration_costs.rates),
-                        start_up)}) {
+        std::make_tuple(std::string{"calibrated"},
+                        std::make_shared<sim::fitted_costs>(calibration.recorded.costs.rates), start_up)}) {
     auto shared = simulate_row(costs, work, base, eta, 2, threads);
     auto own = simulate_row(costs, work, base, eta, 2, 0);
     // Over the phase with the start-up in front (the calibrated row); from the first step on it drops out.

@@ -369,7 +369,6 @@ caf::behavior scorers_behavior(caf::stateful_actor<scorers_state>* self, sim_wor
 struct store_state {
   static inline const char* name = "areal.sim.store";
   sim_world* world = nullptr;
-  std::vector<caf::actor> engines;
   std::map<uint64_t, sample_summary> slots;
   uint64_t next_slot = 1;
   int64_t version = 0;
@@ -399,14 +398,12 @@ void schedule_step_end(caf::stateful_actor<store_state>* self, int64_t now) {
 // The engines run at a new speed now that training started or stopped.
 void tell_engines(store_state& st) {
   if (st.world->contended())
-    for (auto& e : st.engines)
+    for (auto& e : st.world->engines)
       caf::anon_send(e, sim_load_atom::value);
 }
 
-caf::behavior store_behavior(caf::stateful_actor<store_state>* self, sim_world* world,
-                             std::vector<caf::actor> engines) {
+caf::behavior store_behavior(caf::stateful_actor<store_state>* self, sim_world* world) {
   self->state.world = world;
-  self->state.engines = std::move(engines);
   return {
       [self](sim_keep_atom, sample_summary& summary) {
         timed_handler timed{*self->state.world};
@@ -483,9 +480,9 @@ caf::behavior store_behavior(caf::stateful_actor<store_state>* self, sim_world* 
         // The weights go to each node of engines in turn (colocated: already in place).
         auto per_node = std::max<int64_t>(1, w.setup.costs->devices_per_node() / w.setup.costs->devices_per_engine());
         auto transfer = w.setup.colocated ? 0 : to_ns(w.setup.costs->transfer_seconds());
-        for (size_t e = 0; e < st.engines.size(); ++e) {
+        for (size_t e = 0; e < w.engines.size(); ++e) {
           auto node = static_cast<int64_t>(e) / per_node;
-          self->delayed_send(st.engines[e], std::chrono::nanoseconds((node + 1) * transfer), weights_atom::value,
+          self->delayed_send(w.engines[e], std::chrono::nanoseconds((node + 1) * transfer), weights_atom::value,
                              st.version);
         }
       },
@@ -502,8 +499,8 @@ caf::actor spawn_scorers(caf::actor_system& sys, sim_world& world) {
   return sys.spawn(scorers_behavior, &world);
 }
 
-caf::actor spawn_store(caf::actor_system& sys, sim_world& world, std::vector<caf::actor> engines) {
-  return sys.spawn(store_behavior, &world, std::move(engines));
+caf::actor spawn_store(caf::actor_system& sys, sim_world& world) {
+  return sys.spawn(store_behavior, &world);
 }
 
 caf::actor spawn_listener(caf::actor_system& sys, sim_world& world) {

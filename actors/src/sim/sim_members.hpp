@@ -44,7 +44,7 @@ struct sim_world {
   int64_t engines_computing = 0;
   bool training = false;
   caf::actor store;
-  std::vector<caf::actor> engines;
+  std::vector<caf::actor> engines;  // every rollout engine, in order (weights go to them node by node)
 
   /// How many times slower than alone a member computes now (sim_setup::shared_cores).
   double slowdown() const { return setup.slowdown(engines_computing + (training ? 1 : 0)); }
@@ -64,8 +64,8 @@ caf::actor spawn_engine(caf::actor_system& sys, sim_world& world, std::string na
 /// A reward pool of `work.reward_workers` scorers.
 caf::actor spawn_scorers(caf::actor_system& sys, sim_world& world);
 /// The sample store with the trainer behind it; after a step it sends the new
-/// version to the engines, node by node.
-caf::actor spawn_store(caf::actor_system& sys, sim_world& world, std::vector<caf::actor> engines);
+/// version to the engines (sim_world::engines), node by node.
+caf::actor spawn_store(caf::actor_system& sys, sim_world& world);
 /// Told when the controller's run ends.
 caf::actor spawn_listener(caf::actor_system& sys, sim_world& world);
 

@@ -122,9 +122,9 @@ sim_result simulate(const sim_setup& setup) {
   for (int64_t e = 0; e < setup.engines(); ++e)
     engines.push_back(spawn_engine(sys, world, "engine-" + std::to_string(e)));
   auto scorers = spawn_scorers(sys, world);
-  auto store = spawn_store(sys, world, engines);
-  world.store = store;
   world.engines = engines;
+  auto store = spawn_store(sys, world);
+  world.store = store;
   auto listener = spawn_listener(sys, world);
 
   controller_setup c;
