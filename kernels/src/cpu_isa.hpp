@@ -32,7 +32,8 @@ inline isa detect_isa() {
   return isa::baseline;
 }
 
-inline const isa cpu_isa = detect_isa();
+// Not const: a test runs the copies for lower sets too (never set it above detect_isa()).
+inline isa cpu_isa = detect_isa();
 
 // exp(x) for x <= 0 (x is clamped to [-87, 88]; up to 88 it holds too): e^x = 2^k * e^r with
 // k = round(x / ln 2), |r| <= ln(2) / 2, e^r by its Taylor polynomial of

@@ -15,70 +15,6 @@ namespace areal::kernels::cpu {
 
 namespace {
 
-AREAL_INLINE float dot(const float* a, const float* b, int64_t n) {
-  float s = 0;
-#pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < n; ++i)
-    s += a[i] * b[i];
-  return s;
-}
-
-AREAL_INLINE void axpy(float* y, float w, const float* x, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i)
-    y[i] += w * x[i];
-}
-
-// scores[g * L + j] for the L positions of sequence b, head h (prefix rows from
-// the pool, then the sequence's own rows); then softmax; then the weighted
-// values into out.
-AREAL_INLINE void attend_body(const decode_attention_args& a, int64_t b, int64_t h, float* scores) {
-  auto d = a.head_dim, groups = a.group;
-  auto shared = a.shared[b], length = a.length[b];
-  auto task = b * a.kv_heads + h;
-  const float* q = a.q + task * groups * d;
-  float* out = a.out + task * groups * d;
-  const float* pool_k = shared > 0 ? a.pool_keys + (h * a.pool_len + a.shared_at[b]) * d : nullptr;
-  const float* pool_v = shared > 0 ? a.pool_values + (h * a.pool_len + a.shared_at[b]) * d : nullptr;
-  const float* own_k = a.keys + (a.slot[b] * a.kv_heads + h) * a.max_len * d;
-  const float* own_v = a.values + (a.slot[b] * a.kv_heads + h) * a.max_len * d;
-  auto key_row = [&](int64_t j) { return j < shared ? pool_k + j * d : own_k + j * d; };
-  auto value_row = [&](int64_t j) { return j < shared ? pool_v + j * d : own_v + j * d; };
-  for (int64_t j = 0; j < length; ++j) {
-    const float* k = key_row(j);
-    for (int64_t g = 0; g < groups; ++g)
-      scores[g * length + j] = dot(q + g * d, k, d) * a.scale;
-  }
-  for (int64_t g = 0; g < groups; ++g) {
-    float* s = scores + g * length;
-    float top = s[0];
-    for (int64_t j = 1; j < length; ++j)
-      top = std::max(top, s[j]);
-    float sum = 0;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < length; ++j) {
-      s[j] = exp_nonpositive(s[j] - top);
-      sum += s[j];
-    }
-    float inv = 1.0f / sum;
-#pragma omp simd
-    for (int64_t j = 0; j < length; ++j)
-      s[j] *= inv;
-    std::fill(out + g * d, out + (g + 1) * d, 0.0f);
-  }
-  for (int64_t j = 0; j < length; ++j) {
-    const float* v = value_row(j);
-    for (int64_t g = 0; g < groups; ++g)
-      axpy(out + g * d, scores[g * length + j], v, d);
-  }
-}
-
-void attend_baseline(const decode_attention_args& a, int64_t b, int64_t h, float* s) { attend_body(a, b, h, s); }
-AREAL_AVX2 void attend_avx2(const decode_attention_args& a, int64_t b, int64_t h, float* s) { attend_body(a, b, h, s); }
-AREAL_AVX512 void attend_avx512(const decode_attention_args& a, int64_t b, int64_t h, float* s) {
-  attend_body(a, b, h, s);
-}
-
 // e[i] = exp(x[i] * inv_t - top); returns their sum.
 AREAL_INLINE float exp_sum_body(const float* x, float* e, int64_t n, float inv_t, float top) {
   float sum = 0;
@@ -137,30 +73,6 @@ std::vector<int64_t> top_indices(const std::vector<float>& e, int64_t vocab, int
 }
 
 }  // namespace
-
-void decode_attention(const decode_attention_args& a) {
-  auto tasks = a.batch * a.kv_heads;
-  at::parallel_for(0, tasks, 1, [&](int64_t begin, int64_t end) {
-    denormals_flushed flushed;
-    thread_local std::vector<float> scores;
-    for (int64_t t = begin; t < end; ++t) {
-      auto b = t / a.kv_heads, h = t % a.kv_heads;
-      auto need = static_cast<size_t>(a.group * a.length[b]);
-      if (scores.size() < need)
-        scores.resize(need);
-      switch (cpu_isa) {
-        case isa::avx512:
-          attend_avx512(a, b, h, scores.data());
-          break;
-        case isa::avx2:
-          attend_avx2(a, b, h, scores.data());
-          break;
-        default:
-          attend_baseline(a, b, h, scores.data());
-      }
-    }
-  });
-}
 
 row_sample sample_row(const float* logits, int64_t vocab, float temperature, bool greedy, int64_t top_k, float top_p,
                       double uniform) {

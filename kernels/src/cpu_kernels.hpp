@@ -32,9 +32,19 @@ struct decode_attention_args {
   const int64_t* shared = nullptr;
   const int64_t* shared_at = nullptr;
   int64_t batch = 0, kv_heads = 0, group = 0, head_dim = 0, max_len = 0, pool_len = 0;
+  int64_t q_stride = 0;  // floats from one sequence's query row to the next; 0: kv_heads * group * head_dim
   float scale = 1;
 };
 void decode_attention(const decode_attention_args& a);
+
+/// Appends keys or values to a float32 cache: row r of `rows` (token t = r /
+/// heads, head h = r % heads) is copied from src + t * src_stride + h * head_dim
+/// to row rows[r] of dst, a cache viewed as [rows, head_dim]. The source is
+/// the projection's output as it lies (q, k and v side by side in each token's
+/// row); ATen's index_copy_ first made it contiguous and then copied each row
+/// through its generic indexing (about 70 us a layer at 64 tokens, here a few).
+void write_cache_rows(float* dst, const int64_t* rows, int64_t count, const float* src, int64_t src_stride,
+                      int64_t heads, int64_t head_dim);
 
 /// One vocabulary row: the tempered distribution softmax(logits / temperature)
 /// (temperature <= 0 means 1 for the log-probability and greedy for the pick),

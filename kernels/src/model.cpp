@@ -319,12 +319,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> policy_model::project_qkv(const l
   return {q, k, v};
 }
 
-at::Tensor policy_model::mlp(const layer_views& layer, const at::Tensor& m) const {
+at::Tensor policy_model::mlp_activations(const layer_views& layer, const at::Tensor& m) const {
   auto gate_up = at::linear(m, layer.gate_up_w);  // [T, 2 I]: gate then up
   if (fused::applies(gate_up))
-    return at::linear(fused::swiglu(gate_up), layer.down_w);
+    return fused::swiglu(gate_up);
   auto halves = gate_up.chunk(2, 1);
-  return at::linear(at::silu(halves[0]) * halves[1], layer.down_w);
+  return at::silu(halves[0]) * halves[1];
+}
+
+at::Tensor policy_model::mlp(const layer_views& layer, const at::Tensor& m) const {
+  return at::linear(mlp_activations(layer, m), layer.down_w);
 }
 
 at::Tensor policy_model::forward(const at::Tensor& tokens, const std::vector<int64_t>& cu_seqlens) const {
@@ -452,19 +456,23 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
 
   auto tokens = at::tensor(input.tokens, long_opts).to(device);
   auto positions = at::tensor(pos_of, long_opts).to(device);
-  auto heads = at::arange(kv_heads, long_opts.device(device));
   // Row of each (token, kv head) in a cache tensor viewed as [slots * kv_heads * max_len, head_dim],
-  // and of each fill token in a pool tensor viewed as [kv_heads * pool_tokens, head_dim].
+  // and of each fill token in a pool tensor viewed as [kv_heads * pool_tokens, head_dim]: on the host
+  // for the CPU loops' writes, on the device (made at the first use) for index_copy_.
+  std::vector<int64_t> host_cache_rows, host_pool_rows;
+  for (int64_t t = 0; t < slot_tokens; ++t)
+    for (int64_t h = 0; h < kv_heads; ++h)
+      host_cache_rows.push_back((slot_of[static_cast<size_t>(t)] * kv_heads + h) * cache.max_len() +
+                                pos_of[static_cast<size_t>(t)]);
+  for (auto p : pool_pos)
+    for (int64_t h = 0; h < kv_heads; ++h)
+      host_pool_rows.push_back(h * cache.pool_tokens() + p);
   at::Tensor cache_rows, pool_rows;
-  if (slot_tokens > 0) {
-    auto slot_index = at::tensor(slot_of, long_opts).to(device);
-    cache_rows = ((slot_index.unsqueeze(1) * kv_heads + heads.unsqueeze(0)) * cache.max_len() +
-                  positions.narrow(0, 0, slot_tokens).unsqueeze(1))
-                     .reshape({-1});
-  }
-  if (!pool_pos.empty())
-    pool_rows = (heads.unsqueeze(0) * cache.pool_tokens() + at::tensor(pool_pos, long_opts).to(device).unsqueeze(1))
-                    .reshape({-1});
+  auto on_device = [&](at::Tensor& rows, const std::vector<int64_t>& host) -> const at::Tensor& {
+    if (!rows.defined())
+      rows = at::tensor(host, long_opts).to(device);
+    return rows;
+  };
   at::Tensor decode_row_index, decode_slot_index, decode_mask;
   bool batched_aten = !cpu_kernel && !decode_rows.empty() && !any_shared;
   // The gathers only a step that is not decodes-in-slot-order needs (not the steady state).
@@ -485,23 +493,34 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
 
   auto angles = rotary_for(positions);
   auto x = embed_.index_select(0, tokens);
+  // Products in float32 without autocast (which does not cast in-place operations).
+  bool in_place_residual = compute_ == at::kFloat && x.scalar_type() == at::kFloat;
   for (size_t l = 0; l < layers_.size(); ++l) {
     auto& layer = layers_[l];
     auto& ck = cache.keys[l];
     auto& cv = cache.values[l];
     auto [q, k, v] = project_qkv(layer, rms_norm(x, layer.input_norm), angles);
-    // Append to the cache: cache[slot, head, pos] = k[row, head], as rows of a flat view.
-    // (In bfloat16 compute k and v arrive in the products' type; the cache keeps the model's.)
-    if (slot_tokens > 0) {
-      ck.view({-1, d}).index_copy_(0, cache_rows, k.narrow(0, 0, slot_tokens).reshape({-1, d}).to(ck.scalar_type()));
-      cv.view({-1, d}).index_copy_(0, cache_rows, v.narrow(0, 0, slot_tokens).reshape({-1, d}).to(cv.scalar_type()));
-    }
-    if (pool_rows.defined()) {
-      auto& pk = cache.pool_keys[l];
-      auto& pv = cache.pool_values[l];
-      auto fills = total - slot_tokens;
-      pk.view({-1, d}).index_copy_(0, pool_rows, k.narrow(0, slot_tokens, fills).reshape({-1, d}).to(pk.scalar_type()));
-      pv.view({-1, d}).index_copy_(0, pool_rows, v.narrow(0, slot_tokens, fills).reshape({-1, d}).to(pv.scalar_type()));
+    // Append to the cache: cache[slot, head, pos] = k[row, head], as rows of a flat view; fill tokens
+    // (after the slot tokens) likewise to the prompt pool. The CPU loops copy the rows from where the
+    // projection left them. (In bfloat16 compute k and v arrive in the products' type; the cache keeps the model's.)
+    bool rows_as_they_lie = cpu_kernel && k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat &&
+                            k.stride(2) == 1 && k.stride(1) == d && v.stride(2) == 1 && v.stride(1) == d;
+    auto append = [&](at::Tensor& dst, at::Tensor& rows, const std::vector<int64_t>& host_rows, const at::Tensor& src,
+                      int64_t first, int64_t count) {
+      if (count == 0)
+        return;
+      if (rows_as_they_lie)
+        cpu::write_cache_rows(dst.data_ptr<float>(), host_rows.data(), count * kv_heads,
+                              src.data_ptr<float>() + first * src.stride(0), src.stride(0), kv_heads, d);
+      else
+        dst.view({-1, d}).index_copy_(0, on_device(rows, host_rows),
+                                      src.narrow(0, first, count).reshape({-1, d}).to(dst.scalar_type()));
+    };
+    append(ck, cache_rows, host_cache_rows, k, 0, slot_tokens);
+    append(cv, cache_rows, host_cache_rows, v, 0, slot_tokens);
+    if (!pool_pos.empty()) {
+      append(cache.pool_keys[l], pool_rows, host_pool_rows, k, slot_tokens, total - slot_tokens);
+      append(cache.pool_values[l], pool_rows, host_pool_rows, v, slot_tokens, total - slot_tokens);
     }
     // A slot's context keys and values [kv_heads, upto, head_dim]: its pool prefix, then its own rows.
     auto context = [&](int64_t slot, int64_t upto) {
@@ -516,11 +535,16 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
     auto attn = at::empty({total, config_.num_attention_heads * d}, x.options());
     if (!decode_rows.empty() && cpu_kernel) {
       auto n = static_cast<int64_t>(decode_rows.size());
-      auto qd =
-          (all_decode_in_order ? q.narrow(0, 0, n) : q.index_select(0, decode_row_index)).to(at::kFloat).contiguous();
+      // The queries as they lie in the projection's output when they can be read there.
+      bool q_as_it_lies = all_decode_in_order && q.scalar_type() == at::kFloat && q.stride(2) == 1 && q.stride(1) == d;
+      auto qd = q_as_it_lies ? q
+                             : (all_decode_in_order ? q.narrow(0, 0, n) : q.index_select(0, decode_row_index))
+                                   .to(at::kFloat)
+                                   .contiguous();
       auto out = at::empty({n, config_.num_attention_heads * d}, qd.options());
       cpu::decode_attention_args a;
       a.q = qd.data_ptr<float>();
+      a.q_stride = qd.stride(0);
       a.out = out.data_ptr<float>();
       a.keys = ck.data_ptr<float>();
       a.values = cv.data_ptr<float>();
@@ -574,8 +598,14 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
       auto vals = cache.pool_values[l].narrow(1, fill.at, fill.past + fill.count);
       attn.narrow(0, fill_start[f], fill.count).copy_(attend(qs, keys, vals, fill.past, scale));
     }
-    x = x + at::linear(attn, layer.o_w);
-    x = x + mlp(layer, rms_norm(x, layer.post_norm));
+    if (in_place_residual) {
+      // x is this step's own tensor: the products add into it (no sum tensor, no extra pass).
+      x.addmm_(attn, layer.o_w.t());
+      x.addmm_(mlp_activations(layer, rms_norm(x, layer.post_norm)), layer.down_w.t());
+    } else {
+      x = x + at::linear(attn, layer.o_w);
+      x = x + mlp(layer, rms_norm(x, layer.post_norm));
+    }
   }
   for (size_t i = 0; i < input.slots.size(); ++i)
     cache.length[static_cast<size_t>(input.slots[i])] += input.counts[i];

@@ -85,6 +85,7 @@ class policy_model {
   std::tuple<at::Tensor, at::Tensor, at::Tensor> project_qkv(const layer_views& layer, const at::Tensor& h,
                                                              const rotary& angles) const;
   at::Tensor mlp(const layer_views& layer, const at::Tensor& m) const;
+  at::Tensor mlp_activations(const layer_views& layer, const at::Tensor& m) const;  // SwiGLU, before down_w
   void bind_views();
   at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight) const;
   rotary rotary_for(const at::Tensor& positions) const;
