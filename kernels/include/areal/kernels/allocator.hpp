@@ -1,6 +1,8 @@
 // Process-wide memory allocator settings for LibTorch work.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace areal::kernels {
@@ -21,11 +23,28 @@ namespace areal::kernels {
 /// With two arenas, two runs: 4.6 and 3.9 M faults, 33 and 50 s system against
 /// 249 and 232 s user, 107 and 104 tokens/s (one arena: 3.1 M, 27 s, 120 tokens/s, but the demo's RL phase, whose
 /// rollout and trainer threads allocate at once, ran 40-42 s against 34 s; with
-/// two 35-36 s). Which glibc path unmaps the pages was not pinned down: a
-/// 64 MiB top pad (no thread heap unmapped when empty) and no trimming at all
-/// each left the faults as they were.
-/// Call once, early in main.
+/// two 35-36 s). A 64 MiB top pad (no thread heap unmapped when empty) and no
+/// trimming at all each left the faults as they were: the pages came from
+/// requests larger than a thread heap, below.
+/// LibTorch's CPU tensors of 4 MiB and more come from areal's own blocks
+/// (mmap'd at 2 MiB boundaries with transparent huge pages advised), kept when
+/// freed and handed to the next request of up to their size (a request takes
+/// no block more than twice its size); kept blocks are unmapped, oldest first,
+/// only when a new block would bring the mapped bytes over the most ever in use
+/// at once (or 2 GiB, if that is less). glibc gives a thread arena's requests
+/// over its 64 MiB heap a fresh mmap each time, whatever M_MMAP_MAX says, so
+/// the trainer's optimizer temporaries and the weight snapshots of the `small`
+/// preset (94 MB) were page-faulted in on every step; see the README.
+/// Call once, early in main (again: no effect).
 /// Returns a description of what was set, for the benchmarks' fact lines.
 std::string tune_allocator();
+
+/// The large-block cache so far: blocks mapped, requests served by a kept
+/// block, and bytes kept free.
+struct large_block_counts {
+  uint64_t mapped = 0, reused = 0;
+  size_t free_bytes = 0;
+};
+large_block_counts large_blocks();
 
 }  // namespace areal::kernels
