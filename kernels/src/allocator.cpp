@@ -65,7 +65,6 @@ class block_cache {
         sizes_.erase(free_.front().data);
         free_.erase(free_.begin());
       }
-      ++mapped_;
     }
     for (auto& b : unmap)
       munmap(b.data, b.size);
@@ -80,6 +79,7 @@ class block_cache {
       throw std::bad_alloc();
     }
     sizes_[data] = size;
+    ++mapped_;
     return data;
   }
 

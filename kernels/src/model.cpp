@@ -2,8 +2,7 @@
 #include "areal/kernels/fused_layers.hpp"
 #include "areal/kernels/precision.hpp"
 #include "areal/runtime/files.hpp"
-#include "cpu_kernels.hpp"
-#include "decode_graphs.hpp"
+#include "aten_attention.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -50,10 +49,10 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return out + "]";
 }
 
-// The causal mask of `count` new query tokens against `past + count` keys as an
-// additive bias: 0 where query t (at position past + t) may see the key, -inf
-// where the key lies in its future. One row per (query, head of the group):
-// row = t * group + g.
+}  // namespace
+
+namespace detail {
+
 at::Tensor causal_bias(int64_t count, int64_t past, int64_t group, const at::TensorOptions& options) {
   auto long_options = options.dtype(at::kLong);
   auto query_pos = at::arange(count, long_options).add_(past);
@@ -63,15 +62,8 @@ at::Tensor causal_bias(int64_t count, int64_t past, int64_t group, const at::Ten
   return bias.repeat_interleave(group, 0);  // [count*group, keys]
 }
 
-// Scaled dot-product attention of `count` new query tokens against `past + count`
-// keys, causal: query t sees keys 0 .. past + t. The scale and the mask go into
-// the score product itself (baddbmm: bias + scale * q k^T, one BLAS call), so no
-// pass over the scores precedes the softmax; `bias` is causal_bias(count, past,
-// group), which a caller attending many times at one shape computes once.
-//   q [count, kv_heads, group, head_dim]; k, v [kv_heads, past + count, head_dim]
-//   returns [count, kv_heads * group * head_dim]
 at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t past, double scale,
-                  const at::Tensor& bias = {}) {
+                  const at::Tensor& bias) {
   auto count = q.size(0), kv_heads = q.size(1), group = q.size(2), head_dim = q.size(3);
   auto qh = q.permute({1, 0, 2, 3}).reshape({kv_heads, count * group, head_dim});  // row = t * group + g
   at::Tensor scores;
@@ -88,7 +80,7 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
       .reshape({count, kv_heads * group * head_dim});
 }
 
-}  // namespace
+}  // namespace detail
 
 // -- parameters -----------------------------------------------------------------
 
@@ -355,7 +347,7 @@ at::Tensor policy_model::forward(const at::Tensor& tokens, const std::vector<int
   std::map<int64_t, at::Tensor> bias_of_length;  // every layer masks the same lengths
   for (auto count : lengths)
     if (count > 1 && !bias_of_length.count(count))
-      bias_of_length[count] = causal_bias(count, 0, group, x.options().requires_grad(false));
+      bias_of_length[count] = detail::causal_bias(count, 0, group, x.options().requires_grad(false));
   for (auto& layer : layers_) {
     auto [q, k, v] = project_qkv(layer, rms_norm(x, layer.input_norm), angles);
     // Per sequence by split, not narrow (see project_qkv).
@@ -366,249 +358,12 @@ at::Tensor policy_model::forward(const at::Tensor& tokens, const std::vector<int
       if (count == 0)
         continue;
       auto bias = count > 1 ? bias_of_length[count] : at::Tensor{};
-      outs.push_back(attend(qs[s].view({count, kv_heads, group, d}), ks[s].permute({1, 0, 2}), vs[s].permute({1, 0, 2}),
-                            0, scale, bias));
+      outs.push_back(detail::attend(qs[s].view({count, kv_heads, group, d}), ks[s].permute({1, 0, 2}),
+                                    vs[s].permute({1, 0, 2}), 0, scale, bias));
     }
     x = x + at::linear(at::cat(outs, 0), layer.o_w);
     x = x + mlp(layer, rms_norm(x, layer.post_norm));
   }
-  return rms_norm(x, final_norm_);
-}
-
-at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input) const {
-  at::NoGradGuard no_grad;
-  compute_precision precision(compute_);
-  auto total = static_cast<int64_t>(input.tokens.size());
-  auto d = config_.head_dim(), kv_heads = config_.num_key_value_heads;
-  auto group = config_.num_attention_heads / kv_heads;
-  double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  auto device = flat_.device();
-  auto long_opts = at::TensorOptions().dtype(at::kLong);
-
-  // Where each new token goes: a slot and position, or pool rows; which segments are single-token decodes.
-  std::vector<int64_t> slot_of, pos_of, decode_rows, decode_slots, decode_lengths, decode_shared, decode_shared_at;
-  std::vector<size_t> prefill_segments;
-  std::vector<int64_t> segment_start, fill_start;
-  int64_t row = 0, decode_range = 0, decode_len = 0;
-  for (size_t i = 0; i < input.slots.size(); ++i) {
-    auto slot = input.slots[i], count = input.counts[i], past = cache.length[static_cast<size_t>(slot)];
-    if (past + count > cache.max_len() || past + count > config_.max_position_embeddings)
-      throw std::invalid_argument("slot " + std::to_string(slot) + " would exceed the cache length");
-    segment_start.push_back(row);
-    for (int64_t t = 0; t < count; ++t) {
-      slot_of.push_back(slot);
-      pos_of.push_back(past + t);
-    }
-    if (count == 1) {
-      decode_rows.push_back(row);
-      decode_slots.push_back(slot);
-      decode_lengths.push_back(past + 1);
-      decode_shared.push_back(cache.shared[static_cast<size_t>(slot)]);
-      decode_shared_at.push_back(cache.shared_at[static_cast<size_t>(slot)]);
-      decode_range = std::max(decode_range, slot + 1);
-      decode_len = std::max(decode_len, past + 1);
-    } else {
-      prefill_segments.push_back(i);
-    }
-    row += count;
-  }
-  auto slot_tokens = row;
-  std::vector<int64_t> pool_pos;  // pool row of each fill token
-  for (auto& f : input.fills) {
-    if (f.at < 0 || f.past < 0 || f.count <= 0 || f.at + f.past + f.count > cache.pool_tokens() ||
-        f.past + f.count > config_.max_position_embeddings)
-      throw std::invalid_argument("a prompt-pool fill lies outside the pool");
-    fill_start.push_back(row);
-    for (int64_t t = 0; t < f.count; ++t) {
-      pos_of.push_back(f.past + t);
-      pool_pos.push_back(f.at + f.past + t);
-    }
-    row += f.count;
-  }
-  if (row != total)
-    throw std::invalid_argument("step_input: " + std::to_string(total) + " tokens for segments of " +
-                                std::to_string(row));
-  bool any_shared = std::any_of(decode_shared.begin(), decode_shared.end(), [](int64_t n) { return n > 0; });
-  // The CPU's decode-attention kernel (cpu_kernels.hpp) serves float32 caches on
-  // the CPU while the CPU loops are on; the ATen path below it everything else.
-  bool cpu_kernel =
-      fused::enabled() &&
-      (cache.keys.empty() || (cache.keys[0].scalar_type() == at::kFloat && cache.keys[0].device().is_cpu()));
-
-  // Steady state: the step is decodes only and segment i is slot i; then the
-  // queries and outputs need no gathering.
-  bool all_decode_in_order = prefill_segments.empty() && input.fills.empty();
-  for (size_t i = 0; all_decode_in_order && i < decode_slots.size(); ++i)
-    all_decode_in_order = decode_slots[i] == static_cast<int64_t>(i);
-  if (all_decode_in_order && !decode_rows.empty() && !any_shared && !cpu_kernel) {
-    std::optional<at::Tensor> hidden;
-    if (cache.graphs)
-      hidden = cache.graphs->run(
-          cache, input.tokens, pos_of, flat_.data_ptr(),
-          [&](const at::Tensor& t, const at::Tensor& p, int64_t keys) { return decode_steady(cache, t, p, keys); });
-    if (!hidden)
-      hidden = decode_steady(cache, at::tensor(input.tokens, long_opts).to(device),
-                             at::tensor(pos_of, long_opts).to(device), decode_len);
-    for (size_t i = 0; i < input.slots.size(); ++i)
-      cache.length[static_cast<size_t>(input.slots[i])] += input.counts[i];
-    return *hidden;
-  }
-
-  auto tokens = at::tensor(input.tokens, long_opts).to(device);
-  auto positions = at::tensor(pos_of, long_opts).to(device);
-  // Row of each (token, kv head) in a cache tensor viewed as [slots * kv_heads * max_len, head_dim],
-  // and of each fill token in a pool tensor viewed as [kv_heads * pool_tokens, head_dim]: on the host
-  // for the CPU loops' writes, on the device (made at the first use) for index_copy_.
-  std::vector<int64_t> host_cache_rows, host_pool_rows;
-  for (int64_t t = 0; t < slot_tokens; ++t)
-    for (int64_t h = 0; h < kv_heads; ++h)
-      host_cache_rows.push_back((slot_of[static_cast<size_t>(t)] * kv_heads + h) * cache.max_len() +
-                                pos_of[static_cast<size_t>(t)]);
-  for (auto p : pool_pos)
-    for (int64_t h = 0; h < kv_heads; ++h)
-      host_pool_rows.push_back(h * cache.pool_tokens() + p);
-  at::Tensor cache_rows, pool_rows;
-  auto on_device = [&](at::Tensor& rows, const std::vector<int64_t>& host) -> const at::Tensor& {
-    if (!rows.defined())
-      rows = at::tensor(host, long_opts).to(device);
-    return rows;
-  };
-  at::Tensor decode_row_index, decode_slot_index, decode_mask;
-  bool batched_aten = !cpu_kernel && !decode_rows.empty() && !any_shared;
-  // The gathers only a step that is not decodes-in-slot-order needs (not the steady state).
-  if (!decode_rows.empty() && !all_decode_in_order) {
-    decode_row_index = at::tensor(decode_rows, long_opts).to(device);
-    decode_slot_index = at::tensor(decode_slots, long_opts).to(device);
-  }
-  if (batched_aten) {
-    // Keys beyond each decoding slot's length are masked; slots in the range that do
-    // not decode this step attend to position 0 only (their rows are discarded).
-    std::vector<int64_t> lens(static_cast<size_t>(decode_range), 1);
-    for (size_t i = 0; i < decode_slots.size(); ++i)
-      lens[static_cast<size_t>(decode_slots[i])] = decode_lengths[i];
-    auto len_t = at::tensor(lens, long_opts).to(device);
-    decode_mask = at::arange(decode_len, long_opts.device(device)).unsqueeze(0).ge(len_t.unsqueeze(1));  // [range, L]
-    decode_mask = decode_mask.view({decode_range, 1, 1, decode_len});
-  }
-
-  auto angles = rotary_for(positions);
-  auto x = embed_.index_select(0, tokens);
-  // Products in float32 without autocast (which does not cast in-place operations).
-  bool in_place_residual = compute_ == at::kFloat && x.scalar_type() == at::kFloat;
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    auto& layer = layers_[l];
-    auto& ck = cache.keys[l];
-    auto& cv = cache.values[l];
-    auto [q, k, v] = project_qkv(layer, rms_norm(x, layer.input_norm), angles);
-    // Append to the cache: cache[slot, head, pos] = k[row, head], as rows of a flat view; fill tokens
-    // (after the slot tokens) likewise to the prompt pool. The CPU loops copy the rows from where the
-    // projection left them. (In bfloat16 compute k and v arrive in the products' type; the cache keeps the model's.)
-    bool rows_as_they_lie = cpu_kernel && k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat &&
-                            k.stride(2) == 1 && k.stride(1) == d && v.stride(2) == 1 && v.stride(1) == d;
-    auto append = [&](at::Tensor& dst, at::Tensor& rows, const std::vector<int64_t>& host_rows, const at::Tensor& src,
-                      int64_t first, int64_t count) {
-      if (count == 0)
-        return;
-      if (rows_as_they_lie)
-        cpu::write_cache_rows(dst.data_ptr<float>(), host_rows.data(), count * kv_heads,
-                              src.data_ptr<float>() + first * src.stride(0), src.stride(0), kv_heads, d);
-      else
-        dst.view({-1, d}).index_copy_(0, on_device(rows, host_rows),
-                                      src.narrow(0, first, count).reshape({-1, d}).to(dst.scalar_type()));
-    };
-    append(ck, cache_rows, host_cache_rows, k, 0, slot_tokens);
-    append(cv, cache_rows, host_cache_rows, v, 0, slot_tokens);
-    if (!pool_pos.empty()) {
-      append(cache.pool_keys[l], pool_rows, host_pool_rows, k, slot_tokens, total - slot_tokens);
-      append(cache.pool_values[l], pool_rows, host_pool_rows, v, slot_tokens, total - slot_tokens);
-    }
-    // A slot's context keys and values [kv_heads, upto, head_dim]: its pool prefix, then its own rows.
-    auto context = [&](int64_t slot, int64_t upto) {
-      auto n = cache.shared[static_cast<size_t>(slot)];
-      auto own_k = ck[slot].narrow(1, n, upto - n), own_v = cv[slot].narrow(1, n, upto - n);
-      if (n == 0)
-        return std::make_pair(own_k, own_v);
-      auto at = cache.shared_at[static_cast<size_t>(slot)];
-      return std::make_pair(at::cat({cache.pool_keys[l].narrow(1, at, n), own_k}, 1),
-                            at::cat({cache.pool_values[l].narrow(1, at, n), own_v}, 1));
-    };
-    auto attn = at::empty({total, config_.num_attention_heads * d}, x.options());
-    if (!decode_rows.empty() && cpu_kernel) {
-      auto n = static_cast<int64_t>(decode_rows.size());
-      // The queries as they lie in the projection's output when they can be read there.
-      bool q_as_it_lies = all_decode_in_order && q.scalar_type() == at::kFloat && q.stride(2) == 1 && q.stride(1) == d;
-      auto qd = q_as_it_lies ? q
-                             : (all_decode_in_order ? q.narrow(0, 0, n) : q.index_select(0, decode_row_index))
-                                   .to(at::kFloat)
-                                   .contiguous();
-      auto out = at::empty({n, config_.num_attention_heads * d}, qd.options());
-      cpu::decode_attention_args a;
-      a.q = qd.data_ptr<float>();
-      a.q_stride = qd.stride(0);
-      a.out = out.data_ptr<float>();
-      a.keys = ck.data_ptr<float>();
-      a.values = cv.data_ptr<float>();
-      if (any_shared) {
-        a.pool_keys = cache.pool_keys[l].data_ptr<float>();
-        a.pool_values = cache.pool_values[l].data_ptr<float>();
-      }
-      a.slot = decode_slots.data();
-      a.length = decode_lengths.data();
-      a.shared = decode_shared.data();
-      a.shared_at = decode_shared_at.data();
-      a.batch = n;
-      a.kv_heads = kv_heads;
-      a.group = group;
-      a.head_dim = d;
-      a.max_len = cache.max_len();
-      a.pool_len = cache.pool_tokens();
-      a.scale = static_cast<float>(scale);
-      cpu::decode_attention(a);
-      if (all_decode_in_order && n == total)
-        attn = out.to(x.scalar_type());
-      else
-        attn.index_copy_(0, decode_row_index, out.to(attn.scalar_type()));
-    } else if (batched_aten) {
-      // Decodes out of slot order (beside prefills; the steady step is decode_steady):
-      // queries gathered into slot rows [0, decode_range), all attended at once.
-      auto qd = at::zeros({decode_range, config_.num_attention_heads, d}, q.options());
-      qd.index_copy_(0, decode_slot_index, q.index_select(0, decode_row_index).to(qd.scalar_type()));
-      auto out =
-          attend_decode_slots(qd.view({decode_range, kv_heads, group, d}), ck, cv, decode_len, decode_mask, scale);
-      attn.index_copy_(0, decode_row_index, out.index_select(0, decode_slot_index).to(attn.scalar_type()));
-    } else {
-      // Decodes with pool prefixes off the fused path: one at a time.
-      for (size_t i = 0; i < decode_rows.size(); ++i) {
-        auto [keys, vals] = context(decode_slots[i], decode_lengths[i]);
-        auto qs = q.narrow(0, decode_rows[i], 1).view({1, kv_heads, group, d});
-        attn.narrow(0, decode_rows[i], 1).copy_(attend(qs, keys, vals, decode_lengths[i] - 1, scale));
-      }
-    }
-    for (auto i : prefill_segments) {
-      auto slot = input.slots[i], count = input.counts[i], start = segment_start[i];
-      auto past = cache.length[static_cast<size_t>(slot)];
-      auto qs = q.narrow(0, start, count).view({count, kv_heads, group, d});
-      auto [keys, vals] = context(slot, past + count);
-      attn.narrow(0, start, count).copy_(attend(qs, keys, vals, past, scale));
-    }
-    for (size_t f = 0; f < input.fills.size(); ++f) {
-      auto& fill = input.fills[f];
-      auto qs = q.narrow(0, fill_start[f], fill.count).view({fill.count, kv_heads, group, d});
-      auto keys = cache.pool_keys[l].narrow(1, fill.at, fill.past + fill.count);
-      auto vals = cache.pool_values[l].narrow(1, fill.at, fill.past + fill.count);
-      attn.narrow(0, fill_start[f], fill.count).copy_(attend(qs, keys, vals, fill.past, scale));
-    }
-    if (in_place_residual) {
-      // x is this step's own tensor: the products add into it (no sum tensor, no extra pass).
-      x.addmm_(attn, layer.o_w.t());
-      x.addmm_(mlp_activations(layer, rms_norm(x, layer.post_norm)), layer.down_w.t());
-    } else {
-      x = x + at::linear(attn, layer.o_w);
-      x = x + mlp(layer, rms_norm(x, layer.post_norm));
-    }
-  }
-  for (size_t i = 0; i < input.slots.size(); ++i)
-    cache.length[static_cast<size_t>(input.slots[i])] += input.counts[i];
   return rms_norm(x, final_norm_);
 }
 
