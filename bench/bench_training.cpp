@@ -6,7 +6,7 @@
 //     counted by forward_flops (bench_common.hpp: layers, LM head on scored
 //     tokens, causal attention) and their fraction of the GEMM rate of as many
 //     single-threaded products running at once; ppo_minibatches 1 and 4, and
-//     1 with ATen's element-wise layers instead of the fused ones (fused_layers.hpp);
+//     1 with ATen's element-wise layers and attention instead of the CPU's own loops (fused_layers.hpp);
 //   - SFT steps (forward + backward + AdamW) and efficiency =
 //     6 * N * tokens/s / ceiling, for both presets;
 //   - packed vs padded micro-batches on long-tailed sequence lengths (useful tokens/s);
@@ -161,7 +161,7 @@ int main(int argc, char** argv) {
       policy_model model(config);
       model.init_random(5);
       double ceiling = areal::bench::concurrent_gemm_ceiling_gflops(config, threads);
-      // The job's step (fused element-wise layers), and for one minibatch the same step with ATen's layers.
+      // The job's step (the CPU's own loops), and for one minibatch the same step with ATen's layers and attention.
       struct variant {
         int64_t minibatches;
         bool fused;
@@ -192,18 +192,16 @@ int main(int argc, char** argv) {
         double rate = tokens / seconds;
         std::string label = std::to_string(minibatches) + (fused ? "" : "_aten_layers");
         std::cout << "  " << name << ", ppo_minibatches " << minibatches
-                  << (fused ? "" : ", ATen's element-wise layers") << ": " << rate << " trained tokens/s, " << gflops
-                  << " model GFLOP/s; ceiling " << ceiling
-                  << " GFLOP/s (" << threads << " x 1-thread products at once); efficiency " << efficiency;
+                  << (fused ? "" : ", ATen's element-wise layers and attention") << ": " << rate
+                  << " trained tokens/s, " << gflops << " model GFLOP/s; ceiling " << ceiling << " GFLOP/s (" << threads
+                  << " x 1-thread products at once); efficiency " << efficiency;
         if (fused && minibatches == 1)
           fused_rate = rate;
         if (!fused)
           std::cout << "; fused layers " << fused_rate / rate << "x this";
         std::cout << "\n";
-        out["ppo_step"][name][label] = {{"tokens_per_s", rate},
-                                        {"model_gflops", gflops},
-                                        {"ceiling_gflops", ceiling},
-                                        {"efficiency", efficiency}};
+        out["ppo_step"][name][label] = {
+            {"tokens_per_s", rate}, {"model_gflops", gflops}, {"ceiling_gflops", ceiling}, {"efficiency", efficiency}};
       }
       fused::set_enabled(true);
     }
@@ -219,9 +217,8 @@ int main(int argc, char** argv) {
     tc.max_tokens_per_mb = 2048;
     auto rate = train_rate(model, tc, make_data(lengths, 1), quick ? 2 : 5);
     double efficiency = 6.0 * static_cast<double>(config.parameter_count()) * rate / (ceiling * 1e9);
-    std::cout << "SFT step, " << name << ": " << config.parameter_count() << " parameters; GEMM ceiling "
-              << ceiling << " GFLOP/s; training " << rate << " tokens/s, efficiency (6 N tokens/s) " << efficiency
-              << "\n";
+    std::cout << "SFT step, " << name << ": " << config.parameter_count() << " parameters; GEMM ceiling " << ceiling
+              << " GFLOP/s; training " << rate << " tokens/s, efficiency (6 N tokens/s) " << efficiency << "\n";
     out[name] = {{"ceiling_gflops", ceiling}, {"tokens_per_s", rate}, {"efficiency", efficiency}};
   }
 

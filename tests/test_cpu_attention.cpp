@@ -1,16 +1,24 @@
-// The CPU decode-attention loop (kernels/src/cpu_attention.cpp) against a
-// float64 reference, for every instruction set this CPU runs: head sizes on
-// and off the blocked path, group sizes around what the blocked path weighs at
-// once, lengths around the vector width, and prompt-pool prefixes.
+// The CPU's attention loops against float64 references, for every instruction
+// set this CPU runs:
+//   - decode attention (kernels/src/cpu_attention.cpp): head sizes on and off
+//     the blocked path, group sizes around what the blocked path weighs at once,
+//     lengths around the vector width, and prompt-pool prefixes;
+//   - the causal attention of packed training sequences and its gradient
+//     (cpu_train_attention.cpp, through fused::causal_attention): lengths
+//     around the query block and the vector widths, an empty sequence, head
+//     sizes on both widths, groups of 1 to 3.
 #include <cmath>
 #include <random>
 #include <string>
 #include <vector>
 
+#include <ATen/ATen.h>
 #include <doctest/doctest.h>
 
 #include "cpu_isa.hpp"
 #include "cpu_kernels.hpp"
+
+#include "areal/kernels/fused_layers.hpp"
 
 using namespace areal::kernels;
 
@@ -123,15 +131,46 @@ std::string isa_name(cpu::isa i) {
   return i == cpu::isa::avx512 ? "avx512" : i == cpu::isa::avx2 ? "avx2" : "baseline";
 }
 
-}  // namespace
-
-TEST_CASE("decode attention on the CPU matches a float64 reference on every instruction set this CPU runs") {
+std::vector<cpu::isa> sets_this_cpu_runs() {
   auto detected = cpu::detect_isa();
   std::vector<cpu::isa> sets = {cpu::isa::baseline};
   if (detected != cpu::isa::baseline)
     sets.push_back(cpu::isa::avx2);
   if (detected == cpu::isa::avx512)
     sets.push_back(cpu::isa::avx512);
+  return sets;
+}
+
+// Causal attention of packed sequences over fused rows [T, (heads + 2 kv) d],
+// position by position with ATen's ops (any dtype): [T, heads * d].
+at::Tensor reference_causal(const at::Tensor& qkv, const std::vector<int64_t>& cu, int64_t heads, int64_t kv,
+                            int64_t d) {
+  auto group = heads / kv;
+  std::vector<at::Tensor> rows;
+  for (size_t s = 0; s + 1 < cu.size(); ++s) {
+    auto length = cu[s + 1] - cu[s];
+    if (length == 0)
+      continue;
+    auto seq = qkv.narrow(0, cu[s], length);
+    auto mask = at::ones({length, length}, at::kBool).triu(1);
+    std::vector<at::Tensor> per_head;
+    for (int64_t h = 0; h < heads; ++h) {
+      auto q = seq.narrow(1, h * d, d);
+      auto k = seq.narrow(1, (heads + h / group) * d, d);
+      auto v = seq.narrow(1, (heads + kv + h / group) * d, d);
+      auto scores = at::matmul(q, k.t()) / std::sqrt(static_cast<double>(d));
+      per_head.push_back(at::matmul(at::softmax(scores.masked_fill(mask, -INFINITY), -1), v));
+    }
+    rows.push_back(at::cat(per_head, 1));
+  }
+  return at::cat(rows, 0);
+}
+
+}  // namespace
+
+TEST_CASE("decode attention on the CPU matches a float64 reference on every instruction set this CPU runs") {
+  auto detected = cpu::detect_isa();
+  auto sets = sets_this_cpu_runs();
   // 8, 40 and 144 are off the blocked path (not a multiple of the width, or wider than 8 vectors);
   // 16..128 on it for AVX-512, and 8, 40 for AVX2 too.
   for (auto set : sets)
@@ -149,5 +188,37 @@ TEST_CASE("decode attention on the CPU matches a float64 reference on every inst
           worst = std::max(worst, std::abs(got[i] - want[i]));
         INFO(isa_name(set) << ", head_dim " << head_dim << ", group " << group);
         CHECK(worst < 2e-5);
+      }
+}
+
+TEST_CASE("training attention on the CPU and its gradient match a float64 reference on every instruction set") {
+  auto detected = cpu::detect_isa();
+  // Lengths around the 4-query block and the widths of 8 and 16 lanes (keys go 2 vectors at a time), one empty.
+  std::vector<int64_t> lengths = {1, 2, 3, 4, 5, 0, 7, 16, 17, 33, 70};
+  std::vector<int64_t> cu = {0};
+  for (auto l : lengths)
+    cu.push_back(cu.back() + l);
+  for (auto set : sets_this_cpu_runs())
+    for (int64_t head_dim : {8, 16, 24, 64, 128})
+      for (int64_t group : {1, 2, 3}) {
+        int64_t kv = 2, heads = kv * group;
+        INFO(isa_name(set) << ", head_dim " << head_dim << ", group " << group);
+        REQUIRE(fused::attention_applies(at::zeros({1}), head_dim));
+        auto gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(head_dim * 10 + group));
+        auto qkv = at::randn({cu.back(), (heads + 2 * kv) * head_dim}, gen) * 1.5;
+        auto d_out = at::randn({cu.back(), heads * head_dim}, gen);
+        auto exact = qkv.to(at::kDouble).requires_grad_(true);
+        auto want = reference_causal(exact, cu, heads, kv, head_dim);
+        (want * d_out.to(at::kDouble)).sum().backward();
+        cpu::cpu_isa = set;
+        auto rows = qkv.clone().requires_grad_(true);
+        auto got = fused::causal_attention(rows, cu, heads, kv, head_dim);
+        (got * d_out).sum().backward();
+        cpu::cpu_isa = detected;
+        auto worst = [](const at::Tensor& a, const at::Tensor& b) {
+          return (a.to(at::kDouble) - b).abs().max().item<double>();
+        };
+        CHECK(worst(got.detach(), want.detach()) < 2e-5);
+        CHECK(worst(rows.grad(), exact.grad()) < 1e-4);
       }
 }

@@ -339,8 +339,10 @@ TEST_CASE("the clipping keys take effect: behaviour_mode and dual_clip") {
   // the shared core budget gave it at that moment (a CI run saw 0.2857 against 0.2727).
   CHECK(first(clamped, "masked_fraction") > 0);
   CHECK(std::abs(first(clamped, "masked_fraction") - first(masked, "masked_fraction")) < 0.05);
-  // ...is left out of the loss (mask: another gradient)...
-  CHECK(std::abs(first(masked, "grad_norm") - first(plain, "grad_norm")) > 0.05 * first(plain, "grad_norm"));
+  // ...is left out of the loss (mask: another gradient, by more than the run-to-run rounding of 1e-7; by how
+  // much depends on which tokens rounding put over the cap: over 5% with ATen's attention in the
+  // trainer, 0.7% with the CPU's own loops, whose rounding differs)...
+  CHECK(std::abs(first(masked, "grad_norm") - first(plain, "grad_norm")) > 1e-3 * first(plain, "grad_norm"));
   // ...or weighted by the cap, i.e. by 1 - rounding (clamp: the same gradient).
   CHECK(first(clamped, "grad_norm") == doctest::Approx(first(plain, "grad_norm")).epsilon(1e-4));
 

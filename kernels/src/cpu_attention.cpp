@@ -12,19 +12,14 @@
 // `small` preset; AMD EPYC, AVX-512, 2 threads; a probe, not kept): 0.79 ms a
 // layer row by row, 0.23-0.25 ms blocked (without forced unrolling GCC kept the
 // W partial sums and the outputs in memory: 0.39-0.41 ms).
-#include "cpu_isa.hpp"
 #include "cpu_kernels.hpp"
+#include "cpu_vectors.hpp"
 
 #include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <cstring>
 #include <vector>
-
-// Vector-extension types passed between always-inline helpers: GCC notes the
-// ABI of such arguments would differ between instruction sets, which does not
-// matter for functions that are always inlined into one of them.
-#pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace areal::kernels::cpu {
 
@@ -110,23 +105,6 @@ AREAL_INLINE void attend_rowwise(const decode_attention_args& a, int64_t b, int6
 
 // -- The blocked path, for head_dim a multiple of the vector width W.
 
-using f32x16 = float __attribute__((vector_size(64)));
-using i32x16 = int32_t __attribute__((vector_size(64)));
-using f32x8 = float __attribute__((vector_size(32)));
-using i32x8 = int32_t __attribute__((vector_size(32)));
-
-template <typename V>
-AREAL_INLINE V load(const float* p) {
-  V v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-template <typename V>
-AREAL_INLINE void store(float* p, V v) {
-  std::memcpy(p, &v, sizeof v);
-}
-
 // Lane i of the result is the sum of v[i]'s lanes. Each round adds two
 // shuffles of a pair, halving the lanes each vector's partial sums take, in
 // order: after the last round lane i holds all of v[i].
@@ -164,9 +142,6 @@ AREAL_INLINE f32x8 lane_sums(const f32x8* v) {
   return __builtin_shuffle(x[0], x[1], i32x8{0, 2, 4, 6, 8, 10, 12, 14}) +
          __builtin_shuffle(x[0], x[1], i32x8{1, 3, 5, 7, 9, 11, 13, 15});
 }
-
-template <typename V>
-constexpr int width = sizeof(V) / sizeof(float);
 
 // scores[j] = scale * q . keys[j] for n contiguous key rows of C vectors each.
 template <typename V, int C>

@@ -1,6 +1,7 @@
 // Hand-written CPU loops for the element-wise layers of a training step, where
 // ATen runs several passes (and as many temporaries) forward and more backward:
-// RMSNorm, rotary embeddings of q and k, and SwiGLU, one pass each way.
+// RMSNorm, rotary embeddings of q and k, and SwiGLU, one pass each way; and
+// the causal attention of packed sequences (cpu_train_attention.cpp).
 //
 // Scope: float32, contiguous row-major buffers, CPU (fused_layers.cpp checks
 // and falls back to ATen otherwise). Rows are split over ATen's intra-op
@@ -36,5 +37,34 @@ void swiglu_backward(const float* d_out, const float* gate_up, int64_t rows, int
 ///   x, y: [rows, width]
 void rotary(const float* x, const float* cos, const float* sin, int64_t rows, int64_t width, int64_t rotated,
             int64_t head_dim, bool inverse, float* y);
+
+/// Causal attention of packed sequences, read from and written to fused rows.
+/// Sequence s holds rows cu_seqlens[s] .. cu_seqlens[s + 1]; its query t (heads
+/// of head_dim columns at the start of its qkv row) sees keys 0 .. t of the same
+/// sequence (kv_heads heads after the queries, values after them; query head h
+/// uses kv head h / (heads / kv_heads)). Scores are scaled by `scale`.
+struct causal_attention_args {
+  const float* qkv;  // [rows, row]: q heads, k heads, v heads
+  int64_t row;       // floats per qkv row: (heads + 2 kv_heads) * head_dim
+  int64_t heads, kv_heads, head_dim;
+  float scale;
+  const int64_t* cu_seqlens;  // sequences + 1 offsets
+  int64_t sequences;
+  float* out;  // [rows, heads * head_dim]: written by the forward
+  float* lse;  // [rows, heads]: each query's log-sum-exp of its scores, written by the forward, read by the backward
+};
+
+/// Whether the loops take this head size (a multiple of 8).
+bool causal_attention_supported(int64_t head_dim);
+
+/// out and lse from qkv.
+void causal_attention_forward(const causal_attention_args& a);
+
+/// The gradient of the fused qkv rows, d_qkv [rows, row] (every element
+/// written), from the output's gradient d_out [rows, heads * head_dim], the
+/// forward's lse, and delta [rows, heads]: each query head's d_out . out (the
+/// softmax gradient's row term, computed by the caller in one streaming pass:
+/// read row by row inside the loop, out's rows missed the cache).
+void causal_attention_backward(const causal_attention_args& a, const float* d_out, const float* delta, float* d_qkv);
 
 }  // namespace areal::kernels::cpu

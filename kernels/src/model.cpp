@@ -292,9 +292,13 @@ at::Tensor policy_model::rotate(const at::Tensor& x, const rotary& angles) const
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> policy_model::project_qkv(const layer_views& layer, const at::Tensor& h,
                                                                          const rotary& angles) const {
-  auto total = h.size(0), d = config_.head_dim();
+  return qkv_heads(at::linear(h, layer.qkv_w, layer.qkv_b), angles);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> policy_model::qkv_heads(const at::Tensor& qkv,
+                                                                       const rotary& angles) const {
+  auto total = qkv.size(0), d = config_.head_dim();
   auto q_width = config_.num_attention_heads * d, kv_width = config_.num_key_value_heads * d;
-  auto qkv = at::linear(h, layer.qkv_w, layer.qkv_b);  // [T, q + 2 kv]
   if (fused::applies(qkv) && fused::applies(angles.cos)) {
     // q and k rotated, v copied, in one pass each way.
     auto parts = fused::rotary(qkv, angles.cos.view({total, d}), angles.sin.view({total, d}), q_width + kv_width, d)
@@ -345,23 +349,38 @@ at::Tensor policy_model::forward(const at::Tensor& tokens, const std::vector<int
   for (size_t s = 0; s + 1 < cu_seqlens.size(); ++s)
     lengths.push_back(cu_seqlens[s + 1] - cu_seqlens[s]);
   std::map<int64_t, at::Tensor> bias_of_length;  // every layer masks the same lengths
-  for (auto count : lengths)
-    if (count > 1 && !bias_of_length.count(count))
-      bias_of_length[count] = detail::causal_bias(count, 0, group, x.options().requires_grad(false));
+  auto bias_for = [&](int64_t count) {
+    auto& bias = bias_of_length[count];
+    if (!bias.defined())
+      bias = detail::causal_bias(count, 0, group, x.options().requires_grad(false));
+    return bias;
+  };
+  auto heads = config_.num_attention_heads, q_width = heads * d, kv_width = kv_heads * d;
   for (auto& layer : layers_) {
-    auto [q, k, v] = project_qkv(layer, rms_norm(x, layer.input_norm), angles);
-    // Per sequence by split, not narrow (see project_qkv).
-    auto qs = q.split_with_sizes(lengths, 0), ks = k.split_with_sizes(lengths, 0), vs = v.split_with_sizes(lengths, 0);
-    std::vector<at::Tensor> outs;
-    for (size_t s = 0; s < lengths.size(); ++s) {
-      auto count = lengths[s];
-      if (count == 0)
-        continue;
-      auto bias = count > 1 ? bias_of_length[count] : at::Tensor{};
-      outs.push_back(detail::attend(qs[s].view({count, kv_heads, group, d}), ks[s].permute({1, 0, 2}),
-                                    vs[s].permute({1, 0, 2}), 0, scale, bias));
+    auto qkv = at::linear(rms_norm(x, layer.input_norm), layer.qkv_w, layer.qkv_b);  // [T, q + 2 kv]
+    at::Tensor attended;
+    if (fused::attention_applies(qkv, d) && fused::applies(angles.cos)) {
+      // The CPU's own loops: each query against the keys it may see, q, k and v read from the rotated rows.
+      auto rotated =
+          fused::rotary(qkv, angles.cos.view({total, d}), angles.sin.view({total, d}), q_width + kv_width, d);
+      attended = fused::causal_attention(rotated, cu_seqlens, heads, kv_heads, d);
+    } else {
+      auto [q, k, v] = qkv_heads(qkv, angles);
+      // Per sequence by split, not narrow (see qkv_heads).
+      auto qs = q.split_with_sizes(lengths, 0), ks = k.split_with_sizes(lengths, 0),
+           vs = v.split_with_sizes(lengths, 0);
+      std::vector<at::Tensor> outs;
+      for (size_t s = 0; s < lengths.size(); ++s) {
+        auto count = lengths[s];
+        if (count == 0)
+          continue;
+        auto bias = count > 1 ? bias_for(count) : at::Tensor{};
+        outs.push_back(detail::attend(qs[s].view({count, kv_heads, group, d}), ks[s].permute({1, 0, 2}),
+                                      vs[s].permute({1, 0, 2}), 0, scale, bias));
+      }
+      attended = at::cat(outs, 0);
     }
-    x = x + at::linear(at::cat(outs, 0), layer.o_w);
+    x = x + at::linear(attended, layer.o_w);
     x = x + mlp(layer, rms_norm(x, layer.post_norm));
   }
   return rms_norm(x, final_norm_);

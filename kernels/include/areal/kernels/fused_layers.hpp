@@ -1,10 +1,13 @@
-// The element-wise layers of the policy model as single autograd nodes over
-// the loops of cpu_train_kernels.hpp: one pass forward and one backward where
-// ATen's composition runs several of each (and allocates a temporary for
-// every one). policy_model uses them where they apply and ATen elsewhere.
+// The element-wise layers and the causal attention of the policy model as
+// single autograd nodes over the loops of cpu_train_kernels.hpp: one pass
+// forward and one backward where ATen's composition runs several of each (and
+// allocates a temporary for every one). policy_model uses them where they
+// apply and ATen elsewhere.
 #pragma once
 
 #include <ATen/ATen.h>
+
+#include <vector>
 
 namespace areal::kernels::fused {
 
@@ -27,5 +30,17 @@ at::Tensor swiglu(const at::Tensor& gate_up);
 /// head_dim columns; the rest, e.g. the values of a fused qkv row, copied),
 /// by angles cos, sin [T, head_dim].
 at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, int64_t rotated, int64_t head_dim);
+
+/// Whether causal_attention serves these rows: applies(qkv) and a head size the loops take (a multiple of 8).
+bool attention_applies(const at::Tensor& qkv, int64_t head_dim);
+
+/// Causal attention of packed sequences (sequence s: rows cu_seqlens[s] ..
+/// cu_seqlens[s + 1]) over fused rows qkv [T, (heads + 2 kv_heads) * head_dim]
+/// (q and k already rotated), scaled by 1 / sqrt(head_dim): [T, heads * head_dim].
+/// Each query sees only the keys up to its own position; the backward
+/// recomputes the probabilities from each query's saved log-sum-exp and
+/// returns the gradient of the fused rows in one tensor.
+at::Tensor causal_attention(const at::Tensor& qkv, const std::vector<int64_t>& cu_seqlens, int64_t heads,
+                            int64_t kv_heads, int64_t head_dim);
 
 }  // namespace areal::kernels::fused

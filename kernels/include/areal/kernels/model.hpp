@@ -84,6 +84,8 @@ class policy_model {
   int64_t offset_of(const std::string& name) const;
   std::tuple<at::Tensor, at::Tensor, at::Tensor> project_qkv(const layer_views& layer, const at::Tensor& h,
                                                              const rotary& angles) const;
+  // q [T, heads, head_dim], k and v [T, kv_heads, head_dim] from the fused projection's rows, q and k rotated.
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> qkv_heads(const at::Tensor& qkv, const rotary& angles) const;
   at::Tensor mlp(const layer_views& layer, const at::Tensor& m) const;
   at::Tensor mlp_activations(const layer_views& layer, const at::Tensor& m) const;  // SwiGLU, before down_w
   void bind_views();
