@@ -131,16 +131,6 @@ std::string isa_name(cpu::isa i) {
   return i == cpu::isa::avx512 ? "avx512" : i == cpu::isa::avx2 ? "avx2" : "baseline";
 }
 
-std::vector<cpu::isa> sets_this_cpu_runs() {
-  auto detected = cpu::detect_isa();
-  std::vector<cpu::isa> sets = {cpu::isa::baseline};
-  if (detected != cpu::isa::baseline)
-    sets.push_back(cpu::isa::avx2);
-  if (detected == cpu::isa::avx512)
-    sets.push_back(cpu::isa::avx512);
-  return sets;
-}
-
 // Causal attention of packed sequences over fused rows [T, (heads + 2 kv) d],
 // position by position with ATen's ops (any dtype): [T, heads * d].
 at::Tensor reference_causal(const at::Tensor& qkv, const std::vector<int64_t>& cu, int64_t heads, int64_t kv,
@@ -170,7 +160,7 @@ at::Tensor reference_causal(const at::Tensor& qkv, const std::vector<int64_t>& c
 
 TEST_CASE("decode attention on the CPU matches a float64 reference on every instruction set this CPU runs") {
   auto detected = cpu::detect_isa();
-  auto sets = sets_this_cpu_runs();
+  auto sets = cpu::runnable_isas();
   // 8, 40 and 144 are off the blocked path (not a multiple of the width, or wider than 8 vectors);
   // 16..128 on it for AVX-512, and 8, 40 for AVX2 too.
   for (auto set : sets)
@@ -198,7 +188,7 @@ TEST_CASE("training attention on the CPU and its gradient match a float64 refere
   std::vector<int64_t> cu = {0};
   for (auto l : lengths)
     cu.push_back(cu.back() + l);
-  for (auto set : sets_this_cpu_runs())
+  for (auto set : cpu::runnable_isas())
     for (int64_t head_dim : {8, 16, 24, 64, 128})
       for (int64_t group : {1, 2, 3}) {
         int64_t kv = 2, heads = kv * group;

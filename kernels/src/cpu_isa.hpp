@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <xmmintrin.h>
@@ -34,6 +35,17 @@ inline isa detect_isa() {
 
 // Not const: a test runs the copies for lower sets too (never set it above detect_isa()).
 inline isa cpu_isa = detect_isa();
+
+// Every set this CPU runs, lowest first: the copies a test can run here.
+inline std::vector<isa> runnable_isas() {
+  auto detected = detect_isa();
+  std::vector<isa> sets = {isa::baseline};
+  if (detected != isa::baseline)
+    sets.push_back(isa::avx2);
+  if (detected == isa::avx512)
+    sets.push_back(isa::avx512);
+  return sets;
+}
 
 // exp(x) for x <= 0 (x is clamped to [-87, 88]; up to 88 it holds too): e^x = 2^k * e^r with
 // k = round(x / ln 2), |r| <= ln(2) / 2, e^r by its Taylor polynomial of

@@ -114,6 +114,29 @@ AREAL_INLINE void rotary_rows_body(const float* x, const float* cos, const float
   }
 }
 
+AREAL_INLINE void adamw_rows_body(float* p, float* g, float* m, float* v, int64_t begin, int64_t end,
+                                  const adamw_step& a) {
+#pragma omp simd
+  for (int64_t i = begin; i < end; ++i) {
+    float gi = g[i] * a.grad_scale;
+    float mi = m[i] * a.beta1 + (1.0f - a.beta1) * gi;
+    float vi = v[i] * a.beta2 + (1.0f - a.beta2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    float update = (mi / a.bias1) / (std::sqrt(vi / a.bias2) + a.eps) + a.weight_decay * p[i];
+    p[i] -= a.lr * update;
+    g[i] = 0.0f;
+  }
+}
+
+AREAL_INLINE void sum_of_squares_range_body(const float* x, int64_t begin, int64_t end, double* out) {
+  double sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t i = begin; i < end; ++i)
+    sum += static_cast<double>(x[i]) * x[i];
+  *out = sum;
+}
+
 // One copy of each body per instruction set; a task runs with denormals flushed.
 #define AREAL_COPIES(name, params, args)   \
   void name##_baseline params {            \
@@ -153,6 +176,9 @@ AREAL_COPIES(rotary_rows,
              (const float* x, const float* cos, const float* sin, int64_t begin, int64_t end, int64_t width,
               int64_t rotated, int64_t head_dim, bool inverse, float* y),
              (x, cos, sin, begin, end, width, rotated, head_dim, inverse, y))
+AREAL_COPIES(adamw_rows, (float* p, float* g, float* m, float* v, int64_t begin, int64_t end, const adamw_step& a),
+             (p, g, m, v, begin, end, a))
+AREAL_COPIES(sum_of_squares_range, (const float* x, int64_t begin, int64_t end, double* out), (x, begin, end, out))
 #undef AREAL_COPIES
 
 }  // namespace
@@ -194,6 +220,16 @@ void rotary(const float* x, const float* cos, const float* sin, int64_t rows, in
   at::parallel_for(0, rows, grain(width), [&](int64_t begin, int64_t end) {
     rotary_rows(x, cos, sin, begin, end, width, rotated, head_dim, inverse, y);
   });
+}
+
+void adamw(float* p, float* g, float* m, float* v, int64_t begin, int64_t end, const adamw_step& a) {
+  adamw_rows(p, g, m, v, begin, end, a);
+}
+
+double sum_of_squares(const float* x, int64_t begin, int64_t end) {
+  double sum = 0;
+  sum_of_squares_range(x, begin, end, &sum);
+  return sum;
 }
 
 }  // namespace areal::kernels::cpu

@@ -38,6 +38,21 @@ void swiglu_backward(const float* d_out, const float* gate_up, int64_t rows, int
 void rotary(const float* x, const float* cos, const float* sin, int64_t rows, int64_t width, int64_t rotated,
             int64_t head_dim, bool inverse, float* y);
 
+/// One AdamW step, as trainer::apply_gradients composes it with ATen, over
+/// elements [begin, end) of the flat parameters p, their gradient g (zeroed
+/// after), and the moments m and v, in one pass (ATen's composition made about
+/// ten passes and four full-size temporaries, on one thread):
+///   g' = g * grad_scale; m = beta1 m + (1 - beta1) g'; v = beta2 v + (1 - beta2) g'^2;
+///   p -= lr * ((m / bias1) / (sqrt(v / bias2) + eps) + weight_decay * p)
+/// The caller splits the elements over its threads.
+struct adamw_step {
+  float grad_scale, beta1, beta2, bias1, bias2, eps, lr, weight_decay;
+};
+void adamw(float* p, float* g, float* m, float* v, int64_t begin, int64_t end, const adamw_step& a);
+
+/// The sum of x[i]^2 over [begin, end), accumulated in double, on the calling thread.
+double sum_of_squares(const float* x, int64_t begin, int64_t end);
+
 /// Causal attention of packed sequences, read from and written to fused rows.
 /// Sequence s holds rows cu_seqlens[s] .. cu_seqlens[s + 1]; its query t (heads
 /// of head_dim columns at the start of its qkv row) sees keys 0 .. t of the same

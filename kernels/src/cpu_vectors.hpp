@@ -32,7 +32,7 @@ AREAL_INLINE V load(const float* p) {
 }
 
 template <typename V>
-AREAL_INLINE void store(float* p, V v) {
+AREAL_INLINE void store(float* p, const V& v) {
   std::memcpy(p, &v, sizeof v);
 }
 

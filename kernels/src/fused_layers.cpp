@@ -1,6 +1,7 @@
 #include "areal/kernels/fused_layers.hpp"
 #include "cpu_train_kernels.hpp"
 
+#include <ATen/autocast_mode.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <atomic>
@@ -129,6 +130,33 @@ struct causal_attention_function : torch::autograd::Function<causal_attention_fu
   }
 };
 
+// y = x w^T (+ b), whose backward adds w's and b's gradients into their
+// buffers in place (one product with beta = 1) instead of returning them to
+// autograd: a returned gradient was a fresh tensor (zeroed by OpenBLAS before
+// the product) that AccumulateGrad then added to the buffer, two more passes
+// over every weight per micro-batch. The bias is optional, not undefined:
+// LibTorch 1.13 refuses an undefined tensor among a node's inputs.
+struct linear_function : torch::autograd::Function<linear_function> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
+                            const c10::optional<at::Tensor>& b) {
+    ctx->save_for_backward({x, w});
+    ctx->saved_data["w_grad"] = w.grad();
+    if (b)
+      ctx->saved_data["b_grad"] = b->grad();
+    return b ? at::addmm(*b, x, w.t()) : at::mm(x, w.t());
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    auto &x = saved[0], &w = saved[1];
+    auto& dy = grads[0];
+    ctx->saved_data["w_grad"].toTensor().addmm_(dy.t(), x);
+    if (ctx->saved_data.count("b_grad"))
+      ctx->saved_data["b_grad"].toTensor().add_(dy.sum(0));
+    return {ctx->needs_input_grad(0) ? dy.mm(w) : at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
 std::atomic<bool> enabled_flag{true};
 
 }  // namespace
@@ -156,6 +184,15 @@ at::Tensor swiglu(const at::Tensor& gate_up) {
 at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, int64_t rotated,
                   int64_t head_dim) {
   return rotary_function::apply(x, cos, sin, rotated, head_dim);
+}
+
+at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  auto accumulates = [](const at::Tensor& p) { return !p.defined() || (p.requires_grad() && p.grad().defined()); };
+  // Not under autocast (bfloat16 compute): the products' dtypes are autocast's to choose.
+  if (x.dim() != 2 || !applies(x) || !at::GradMode::is_enabled() || at::autocast::is_cpu_enabled() || !w.defined() ||
+      !accumulates(w) || !accumulates(b))
+    return at::linear(x, w, b);
+  return linear_function::apply(x, w, b.defined() ? c10::optional<at::Tensor>(b) : c10::nullopt);
 }
 
 bool attention_applies(const at::Tensor& qkv, int64_t head_dim) {

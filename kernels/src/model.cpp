@@ -316,7 +316,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> policy_model::qkv_heads(const at:
 }
 
 at::Tensor policy_model::mlp_activations(const layer_views& layer, const at::Tensor& m) const {
-  auto gate_up = at::linear(m, layer.gate_up_w);  // [T, 2 I]: gate then up
+  auto gate_up = fused::linear(m, layer.gate_up_w);  // [T, 2 I]: gate then up
   if (fused::applies(gate_up))
     return fused::swiglu(gate_up);
   auto halves = gate_up.chunk(2, 1);
@@ -324,7 +324,7 @@ at::Tensor policy_model::mlp_activations(const layer_views& layer, const at::Ten
 }
 
 at::Tensor policy_model::mlp(const layer_views& layer, const at::Tensor& m) const {
-  return at::linear(mlp_activations(layer, m), layer.down_w);
+  return fused::linear(mlp_activations(layer, m), layer.down_w);
 }
 
 at::Tensor policy_model::forward(const at::Tensor& tokens, const std::vector<int64_t>& cu_seqlens) const {
@@ -357,7 +357,7 @@ at::Tensor policy_model::forward(const at::Tensor& tokens, const std::vector<int
   };
   auto heads = config_.num_attention_heads, q_width = heads * d, kv_width = kv_heads * d;
   for (auto& layer : layers_) {
-    auto qkv = at::linear(rms_norm(x, layer.input_norm), layer.qkv_w, layer.qkv_b);  // [T, q + 2 kv]
+    auto qkv = fused::linear(rms_norm(x, layer.input_norm), layer.qkv_w, layer.qkv_b);  // [T, q + 2 kv]
     at::Tensor attended;
     if (fused::attention_applies(qkv, d) && fused::applies(angles.cos)) {
       // The CPU's own loops: each query against the keys it may see, q, k and v read from the rotated rows.
@@ -380,7 +380,7 @@ at::Tensor policy_model::forward(const at::Tensor& tokens, const std::vector<int
       }
       attended = at::cat(outs, 0);
     }
-    x = x + at::linear(attended, layer.o_w);
+    x = x + fused::linear(attended, layer.o_w);
     x = x + mlp(layer, rms_norm(x, layer.post_norm));
   }
   return rms_norm(x, final_norm_);

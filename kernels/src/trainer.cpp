@@ -15,12 +15,14 @@
 #include <numeric>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
 #include <ATen/core/grad_mode.h>  // at::NoGradGuard (LibTorch 2.x's ATen.h no longer brings it)
+#include <nlohmann/json.hpp>
 
+#include "areal/kernels/fused_layers.hpp"
 #include "areal/kernels/logprobs.hpp"
 #include "areal/kernels/packing.hpp"
 #include "areal/kernels/safetensors.hpp"
+#include "cpu_train_kernels.hpp"
 
 namespace fs = std::filesystem;
 
@@ -125,34 +127,41 @@ void trainer::for_micro_batches(const std::vector<std::vector<size_t>>& micro_ba
   auto replicas = std::max<size_t>(1, std::min(available, micro_batches.size()));
   if (replicas == 1) {
     if (thread_count_)
-      kernels::set_compute_threads(static_cast<int>(available));  // one replica: every available thread for its products
+      kernels::set_compute_threads(
+          static_cast<int>(available));  // one replica: every available thread for its products
     for (auto& mb : micro_batches)
       work(model_, mb, 0);
     return;
   }
   while (replicas_.size() + 1 < replicas)
     replicas_.push_back(std::make_unique<policy_model>(model_.config(), model_.flat().options()));
-  {
-    at::NoGradGuard no_grad;
-    for (size_t k = 0; k + 1 < replicas; ++k) {
-      replicas_[k]->flat().copy_(model_.flat());  // the parameters of this pass
+  replica_threads_.run(replicas, [&](size_t k) {
+    kernels::set_compute_threads(1);  // per thread: one core each
+    if (k > 0) {
+      // Each replica's thread readies its own copy (the copies at once, not one after another on one core).
+      at::NoGradGuard no_grad;
+      auto& replica = *replicas_[k - 1];
+      replica.flat().copy_(model_.flat());  // the parameters of this pass
       if (with_grad) {
-        replicas_[k]->set_trainable(true);
-        replicas_[k]->flat_grad().zero_();
+        replica.set_trainable(true);
+        replica.flat_grad().zero_();
       }
     }
-  }
-  replica_threads_.run(replicas, [&](size_t k) {
-    kernels::set_compute_threads(1);    // per thread: one core each
     c10::AutoGradMode mode(with_grad);  // grad mode is per thread too
     auto& model = k == 0 ? model_ : *replicas_[k - 1];
     for (size_t i = k; i < micro_batches.size(); i += replicas)
       work(model, micro_batches[i], k);
   });
   if (with_grad) {
-    at::NoGradGuard no_grad;
-    for (size_t k = 0; k + 1 < replicas; ++k)
-      model_.flat_grad().add_(replicas_[k]->flat_grad());
+    // The replicas' gradients summed into the model's, each thread over its own part of the buffer.
+    auto numel = static_cast<size_t>(model_.flat_grad().numel());
+    replica_threads_.run(replicas, [&](size_t k) {
+      at::NoGradGuard no_grad;
+      auto begin = static_cast<int64_t>(numel * k / replicas), end = static_cast<int64_t>(numel * (k + 1) / replicas);
+      auto sum = model_.flat_grad().narrow(0, begin, end - begin);
+      for (size_t r = 0; r + 1 < replicas; ++r)
+        sum.add_(replicas_[r]->flat_grad().narrow(0, begin, end - begin));
+    });
   }
 }
 
@@ -187,7 +196,29 @@ bool trainer::apply_gradients(step_stats& stats) {
   at::NoGradGuard no_grad;
   auto& flat = model_.flat();
   auto& grad = model_.flat_grad();
-  auto norm = grad.to(at::kFloat).norm().item<double>();
+  // On the CPU in float32 the step is one pass of cpu::adamw per thread of the pass
+  // (ATen's composition below made about ten passes on one thread while the other cores idled).
+  bool own_loop = fused::applies(flat) && grad.scalar_type() == at::kFloat && flat.is_contiguous() &&
+                  grad.is_contiguous() && adam_m_.is_contiguous() && adam_v_.is_contiguous();
+  auto parts = own_loop ? replicas_now() : size_t{1};
+  auto numel = flat.numel();
+  auto part_range = [&](size_t k) {
+    auto n = static_cast<size_t>(numel);
+    return std::pair<int64_t, int64_t>(static_cast<int64_t>(n * k / parts), static_cast<int64_t>(n * (k + 1) / parts));
+  };
+  double norm = 0;
+  if (own_loop) {
+    std::vector<double> squares(parts, 0.0);
+    replica_threads_.run(parts, [&](size_t k) {
+      auto [begin, end] = part_range(k);
+      squares[k] = cpu::sum_of_squares(grad.data_ptr<float>(), begin, end);
+    });
+    for (auto s : squares)
+      norm += s;
+    norm = std::sqrt(norm);
+  } else {
+    norm = grad.to(at::kFloat).norm().item<double>();
+  }
   stats.grad_norm = norm;
   stats.lr = learning_rate();
   if (!std::isfinite(norm) || !std::isfinite(stats.loss)) {
@@ -205,14 +236,27 @@ bool trainer::apply_gradients(step_stats& stats) {
   }
   skipped_in_row_ = 0;
   auto& o = config_.optimizer;
-  auto g = grad.to(at::kFloat);
-  if (o.max_grad_norm > 0 && norm > o.max_grad_norm)
-    g = g * (o.max_grad_norm / (norm + 1e-6));
+  double scale = o.max_grad_norm > 0 && norm > o.max_grad_norm ? o.max_grad_norm / (norm + 1e-6) : 1.0;
   ++step_;
-  adam_m_.mul_(o.beta1).add_(g, 1.0 - o.beta1);
-  adam_v_.mul_(o.beta2).addcmul_(g, g, 1.0 - o.beta2);
   auto bias1 = 1.0 - std::pow(o.beta1, static_cast<double>(step_));
   auto bias2 = 1.0 - std::pow(o.beta2, static_cast<double>(step_));
+  if (own_loop) {
+    cpu::adamw_step step{static_cast<float>(scale),    static_cast<float>(o.beta1),       static_cast<float>(o.beta2),
+                         static_cast<float>(bias1),    static_cast<float>(bias2),         static_cast<float>(o.eps),
+                         static_cast<float>(stats.lr), static_cast<float>(o.weight_decay)};
+    replica_threads_.run(parts, [&](size_t k) {
+      auto [begin, end] = part_range(k);
+      cpu::adamw(flat.data_ptr<float>(), grad.data_ptr<float>(), adam_m_.data_ptr<float>(), adam_v_.data_ptr<float>(),
+                 begin, end, step);
+    });
+    stats.optimizer_steps++;
+    return true;
+  }
+  auto g = grad.to(at::kFloat);
+  if (scale != 1.0)
+    g = g * scale;
+  adam_m_.mul_(o.beta1).add_(g, 1.0 - o.beta1);
+  adam_v_.mul_(o.beta2).addcmul_(g, g, 1.0 - o.beta2);
   auto update = (adam_m_ / bias1) / ((adam_v_ / bias2).sqrt_().add_(o.eps));
   if (o.weight_decay > 0)
     update.add_(flat.to(at::kFloat), o.weight_decay);
@@ -287,8 +331,8 @@ double trainer::accumulate(const std::vector<rl_sample>& batch, const std::vecto
         auto device = logp.device();
         auto mask = any_mask ? at::tensor(keep).to(device) : at::Tensor{};
         auto prox_logp = prox_is_this_pass ? logp.detach() : at::tensor(p).to(device);
-        auto losses = ppo_token_losses(logp, prox_logp, at::tensor(b).to(device),
-                                       at::tensor(a).to(device), config_.ppo, &part.ppo, mask);
+        auto losses = ppo_token_losses(logp, prox_logp, at::tensor(b).to(device), at::tensor(a).to(device), config_.ppo,
+                                       &part.ppo, mask);
         if (with_reference) {
           auto kl = kl_penalty(logp, at::tensor(r).to(device), config_.kl);
           if (any_mask)

@@ -31,6 +31,12 @@ at::Tensor swiglu(const at::Tensor& gate_up);
 /// by angles cos, sin [T, head_dim].
 at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, int64_t rotated, int64_t head_dim);
 
+/// at::linear(x, w, b) for x [T, in]. When applies(x), grad mode is on, and w
+/// (and b) are leaves with a gradient buffer (a trainable policy_model's
+/// views into flat_grad), the backward adds their gradients into those
+/// buffers in place and returns none for them to autograd; otherwise at::linear.
+at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {});
+
 /// Whether causal_attention serves these rows: applies(qkv) and a head size the loops take (a multiple of 8).
 bool attention_applies(const at::Tensor& qkv, int64_t head_dim);
 
