@@ -1,5 +1,5 @@
-// The trainer's persistent replica threads, the per-thread intra-op count and the OpenMP workers ended between turns.
-#include <doctest/doctest.h>
+// The trainer's persistent replica threads, the per-thread intra-op count (also as a training pass leaves it) and
+// the OpenMP workers ended between turns.
 
 #include <atomic>
 #include <chrono>
@@ -14,6 +14,9 @@
 #include "areal/actors/compute_share.hpp"
 #include "areal/kernels/compute_threads.hpp"
 #include "areal/kernels/replica_threads.hpp"
+#include "areal/kernels/trainer.hpp"
+#include "test_models.hpp"
+#include "torch_doctest.hpp"
 
 using areal::kernels::replica_threads;
 
@@ -32,7 +35,7 @@ TEST_CASE("replica threads run every part once per pass, on threads kept across 
   }
   CHECK(pool.size() == 2);
   CHECK(first_ids.size() == 3);
-  CHECK(later_ids == first_ids);  // no thread started after the first pass
+  CHECK(later_ids == first_ids);                            // no thread started after the first pass
   CHECK(first_ids.count(std::this_thread::get_id()) == 1);  // part 0 ran here
   // A pass with fewer parts leaves the other threads idle.
   std::atomic<int> count{0};
@@ -148,7 +151,7 @@ TEST_CASE("an actor that starts computing waits for a team step in progress, and
     started = true;
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  CHECK_FALSE(started.load());  // still inside the team step
+  CHECK_FALSE(started.load());      // still inside the team step
   CHECK(share.threads_now() == 1);  // counted as busy already: the next step is not a team
   share.end_step(threads);
   trainer.join();
@@ -164,4 +167,28 @@ TEST_CASE("an actor that starts computing waits for a team step in progress, and
   share.set_busy(trainer_busy, false);
   share.set_busy(engine_busy, false);
   CHECK(share.threads_now() == 2);
+}
+
+TEST_CASE("a training pass on several replicas gives the calling thread its intra-op thread count back") {
+  auto config = areal::test::small_model_config(24);
+  areal::kernels::policy_model model(config);
+  model.init_random(3, 0.05);
+  areal::kernels::trainer_config tc;
+  tc.data_parallel = 2;
+  tc.max_tokens_per_mb = 16;  // several micro-batches: two replicas run
+  areal::kernels::trainer t(model, tc);
+  std::vector<areal::kernels::rl_sample> batch;
+  for (int i = 0; i < 4; ++i) {
+    areal::kernels::rl_sample s;
+    s.prompt = {1, static_cast<int32_t>(2 + i)};
+    s.response = {3, 4, 5, 6, 7, 8};
+    s.behaviour_logprobs.assign(s.response.size(), -3.0f);
+    s.advantage = i % 2 ? 1.0 : -1.0;
+    batch.push_back(s);
+  }
+  areal::kernels::set_compute_threads(2);
+  auto stats = t.ppo_gradients(batch);
+  CHECK(stats.micro_batches > 1);
+  CHECK(at::get_num_threads() == 2);
+  areal::kernels::set_compute_threads(1);
 }

@@ -135,6 +135,12 @@ void trainer::for_micro_batches(const std::vector<std::vector<size_t>>& micro_ba
   }
   while (replicas_.size() + 1 < replicas)
     replicas_.push_back(std::make_unique<policy_model>(model_.config(), model_.flat().options()));
+  // The calling thread runs part 0 on one intra-op thread and gets its own count back after the pass
+  // (left at one, a later pass of one micro-batch on this thread ran its products on one core).
+  struct restore_threads {
+    int count = at::get_num_threads();
+    ~restore_threads() { kernels::set_compute_threads(count); }
+  } restore;
   replica_threads_.run(replicas, [&](size_t k) {
     kernels::set_compute_threads(1);  // per thread: one core each
     if (k > 0) {
