@@ -24,6 +24,12 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// The elements [first, last) of n that part k of `parts` takes, when a flat buffer is split over threads.
+std::pair<int64_t, int64_t> part_of(int64_t n, size_t k, size_t parts) {
+  auto count = static_cast<size_t>(n);
+  return {static_cast<int64_t>(count * k / parts), static_cast<int64_t>(count * (k + 1) / parts)};
+}
+
 }  // namespace
 
 trainer::trainer(policy_model& model, trainer_config config)
@@ -107,8 +113,8 @@ void trainer::for_micro_batches(const std::vector<std::vector<size_t>>& micro_ba
   auto replicas = std::max<size_t>(1, std::min(available, micro_batches.size()));
   if (replicas == 1) {
     if (thread_count_)
-      kernels::set_compute_threads(
-          static_cast<int>(available));  // one replica: every available thread for its products
+      // One replica: every available thread for its products.
+      kernels::set_compute_threads(static_cast<int>(available));
     for (auto& mb : micro_batches)
       work(model_, mb, 0);
     return;
@@ -140,10 +146,9 @@ void trainer::for_micro_batches(const std::vector<std::vector<size_t>>& micro_ba
   });
   if (with_grad) {
     // The replicas' gradients summed into the model's, each thread over its own part of the buffer.
-    auto numel = static_cast<size_t>(model_.flat_grad().numel());
     replica_threads_.run(replicas, [&](size_t k) {
       at::NoGradGuard no_grad;
-      auto begin = static_cast<int64_t>(numel * k / replicas), end = static_cast<int64_t>(numel * (k + 1) / replicas);
+      auto [begin, end] = part_of(model_.flat_grad().numel(), k, replicas);
       auto sum = model_.flat_grad().narrow(0, begin, end - begin);
       for (size_t r = 0; r + 1 < replicas; ++r)
         sum.add_(replicas_[r]->flat_grad().narrow(0, begin, end - begin));
@@ -187,16 +192,11 @@ bool trainer::apply_gradients(step_stats& stats) {
   bool own_loop = fused::applies(flat) && grad.scalar_type() == at::kFloat && flat.is_contiguous() &&
                   grad.is_contiguous() && adam_m_.is_contiguous() && adam_v_.is_contiguous();
   auto parts = own_loop ? replicas_now() : size_t{1};
-  auto numel = flat.numel();
-  auto part_range = [&](size_t k) {
-    auto n = static_cast<size_t>(numel);
-    return std::pair<int64_t, int64_t>(static_cast<int64_t>(n * k / parts), static_cast<int64_t>(n * (k + 1) / parts));
-  };
   double norm = 0;
   if (own_loop) {
     std::vector<double> squares(parts, 0.0);
     replica_threads_.run(parts, [&](size_t k) {
-      auto [begin, end] = part_range(k);
+      auto [begin, end] = part_of(flat.numel(), k, parts);
       squares[k] = cpu::sum_of_squares(grad.data_ptr<float>(), begin, end);
     });
     for (auto s : squares)
@@ -231,7 +231,7 @@ bool trainer::apply_gradients(step_stats& stats) {
                          static_cast<float>(bias1),    static_cast<float>(bias2),         static_cast<float>(o.eps),
                          static_cast<float>(stats.lr), static_cast<float>(o.weight_decay)};
     replica_threads_.run(parts, [&](size_t k) {
-      auto [begin, end] = part_range(k);
+      auto [begin, end] = part_of(flat.numel(), k, parts);
       cpu::adamw(flat.data_ptr<float>(), grad.data_ptr<float>(), adam_m_.data_ptr<float>(), adam_v_.data_ptr<float>(),
                  begin, end, step);
     });
