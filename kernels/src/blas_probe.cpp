@@ -9,6 +9,7 @@
 #include <torch/version.h>
 
 #include "areal/runtime/blas_core.hpp"
+#include "packed_weights.hpp"
 
 namespace areal::kernels {
 
@@ -62,6 +63,20 @@ double measure_gemm_gflops(int64_t m, int64_t k, int64_t n, int repeats) {
   for (int i = 0; i < repeats; ++i) {
     auto start = std::chrono::steady_clock::now();
     at::mm_out(c, a, b);
+    std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    best = std::min(best, took.count());
+  }
+  return 2.0 * static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n) / best / 1e9;
+}
+
+double measure_packed_gemm_gflops(int64_t m, int64_t k, int64_t n, int repeats) {
+  auto x = at::randn({m, k});
+  auto w = packed_matrix(at::randn({n, k}));
+  auto y = w.product(x);  // warm-up
+  double best = 1e30;
+  for (int i = 0; i < repeats; ++i) {
+    auto start = std::chrono::steady_clock::now();
+    w.add_product(y, x);
     std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
     best = std::min(best, took.count());
   }

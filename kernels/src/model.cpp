@@ -3,6 +3,7 @@
 #include "areal/kernels/precision.hpp"
 #include "areal/runtime/files.hpp"
 #include "aten_attention.hpp"
+#include "packed_weights.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -316,7 +317,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> policy_model::qkv_heads(const at:
 }
 
 at::Tensor policy_model::mlp_activations(const layer_views& layer, const at::Tensor& m) const {
-  auto gate_up = fused::linear(m, layer.gate_up_w);  // [T, 2 I]: gate then up
+  return swiglu(fused::linear(m, layer.gate_up_w));  // [T, 2 I]: gate then up
+}
+
+at::Tensor policy_model::swiglu(const at::Tensor& gate_up) const {
   if (fused::applies(gate_up))
     return fused::swiglu(gate_up);
   auto halves = gate_up.chunk(2, 1);
@@ -392,8 +396,37 @@ void policy_model::set_compute_dtype(const std::string& name) {
 }
 
 at::Tensor policy_model::logits(const at::Tensor& hidden) const {
+  if (hidden.dim() == 2 && compute_ == at::kFloat && !at::GradMode::is_enabled() &&
+      packed_weights::applies(hidden, hidden.size(0))) {
+    std::shared_ptr<const packed_weights> packed;
+    {
+      std::lock_guard<std::mutex> lock(packed_.mutex);
+      packed = packed_.current;  // only one a decode step has built: a training model packs nothing
+    }
+    if (packed && packed->version == flat_._version() && packed->data == flat_.data_ptr())
+      return packed->output.product(hidden.contiguous());
+  }
   compute_precision precision(compute_);
   return at::linear(hidden, lm_head_);
+}
+
+std::shared_ptr<const packed_weights> policy_model::packed_for(const at::Tensor& x, int64_t rows) const {
+  if (compute_ != at::kFloat || flat_.scalar_type() != at::kFloat || !packed_weights::applies(x, rows))
+    return nullptr;
+  std::lock_guard<std::mutex> lock(packed_.mutex);
+  auto& current = packed_.current;
+  if (current && current->version == flat_._version() && current->data == flat_.data_ptr())
+    return current;
+  current.reset();  // the old copy's memory back before the new one is made
+  auto fresh = std::make_shared<packed_weights>();
+  for (auto& layer : layers_)
+    fresh->layers.push_back({packed_matrix(layer.qkv_w), packed_matrix(layer.o_w), packed_matrix(layer.gate_up_w),
+                             packed_matrix(layer.down_w)});
+  fresh->output = packed_matrix(lm_head_);
+  fresh->version = flat_._version();
+  fresh->data = flat_.data_ptr();
+  current = std::move(fresh);
+  return current;
 }
 
 }  // namespace areal::kernels

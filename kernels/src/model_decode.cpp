@@ -22,6 +22,7 @@
 #include "cpu_kernels.hpp"
 #include "cuda_decode.hpp"
 #include "decode_graphs.hpp"
+#include "packed_weights.hpp"
 
 namespace areal::kernels {
 
@@ -205,11 +206,15 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
   auto x = embed_.index_select(0, tokens);
   // Products in float32 without autocast (which does not cast in-place operations).
   bool in_place_residual = compute_ == at::kFloat && x.scalar_type() == at::kFloat;
+  // On the CPU in float32: products over weights packed once per weight version (packed_weights.hpp).
+  auto packed = packed_for(x, total);
   for (size_t l = 0; l < layers_.size(); ++l) {
     auto& layer = layers_[l];
     auto& ck = cache.keys[l];
     auto& cv = cache.values[l];
-    auto [q, k, v] = project_qkv(layer, rms_norm(x, layer.input_norm), angles);
+    auto h = rms_norm(x, layer.input_norm);
+    auto [q, k, v] =
+        packed ? qkv_heads(packed->layers[l].qkv.product(h, layer.qkv_b), angles) : project_qkv(layer, h, angles);
     // Append to the cache: cache[slot, head, pos] = k[row, head], as rows of a flat view; fill tokens
     // (after the slot tokens) likewise to the prompt pool. The CPU loops copy the rows from where the
     // projection left them. (In bfloat16 compute k and v arrive in the products' type; the cache keeps the model's.)
@@ -308,8 +313,12 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
       auto vals = cache.pool_values[l].narrow(1, fill.at, fill.past + fill.count);
       attn.narrow(0, fill_start[f], fill.count).copy_(detail::attend(qs, keys, vals, fill.past, scale));
     }
-    if (in_place_residual) {
+    if (packed) {
       // x is this step's own tensor: the products add into it (no sum tensor, no extra pass).
+      auto& p = packed->layers[l];
+      p.o.add_product(x, attn);
+      p.down.add_product(x, swiglu(p.gate_up.product(rms_norm(x, layer.post_norm))));
+    } else if (in_place_residual) {
       x.addmm_(attn, layer.o_w.t());
       x.addmm_(mlp_activations(layer, rms_norm(x, layer.post_norm)), layer.down_w.t());
     } else {

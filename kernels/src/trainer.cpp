@@ -235,6 +235,9 @@ bool trainer::apply_gradients(step_stats& stats) {
       cpu::adamw(flat.data_ptr<float>(), grad.data_ptr<float>(), adam_m_.data_ptr<float>(), adam_v_.data_ptr<float>(),
                  begin, end, step);
     });
+    // Written through raw pointers: moved by hand, the version counter tells a decoding
+    // model's packed weights (packed_weights.hpp) that these changed.
+    flat.unsafeGetTensorImpl()->bump_version();
     stats.optimizer_steps++;
     return true;
   }

@@ -234,7 +234,7 @@
     },
     bench_generation(g, b) {
       const models = Object.entries(b.data).filter(([, v]) => v && typeof v === 'object' && v.decode);
-      chart(g, { title: `Decode efficiency by batch (model GFLOP/s ÷ GEMM rate): ${b.file}`, xLabel: 'batch', yLabel: 'efficiency', logX: true,
+      chart(g, { title: `Decode efficiency by batch (model GFLOP/s ÷ the faster GEMM rate): ${b.file}`, xLabel: 'batch', yLabel: 'efficiency', logX: true,
         lines: models.map(([name, v]) => {
           const batches = Object.keys(v.decode).map(Number).sort((a, c) => a - c);
           return { label: name, x: batches, y: batches.map((n) => v.decode[String(n)].efficiency), points: true };

@@ -25,6 +25,11 @@ double measure_gemm_gflops(int n = 512, int repeats = 5);
 /// The same for an [m x k] by [k x n] product.
 double measure_gemm_gflops(int64_t m, int64_t k, int64_t n, int repeats);
 
+/// The rate of the decode step's own product over a packed weight
+/// (cpu_packed_gemm.hpp) for x [m x k] by w^T [k x n], measured the same way:
+/// the other GEMM the CPU runs at these sizes, so a ceiling takes the faster.
+double measure_packed_gemm_gflops(int64_t m, int64_t k, int64_t n, int repeats);
+
 /// "BLAS libopenblas... (OpenBLAS), 1 intra-op thread, LibTorch 1.13.1".
 std::string describe(const blas_facts& facts);
 

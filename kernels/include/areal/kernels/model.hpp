@@ -12,6 +12,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -23,6 +25,8 @@
 #include "areal/kernels/safetensors.hpp"
 
 namespace areal::kernels {
+
+struct packed_weights;  // the CPU decode step's packed weights (kernels/src/packed_weights.hpp)
 
 struct parameter_entry {
   std::string name;  // Hugging Face name, e.g. model.layers.0.self_attn.q_proj.weight
@@ -88,6 +92,10 @@ class policy_model {
   std::tuple<at::Tensor, at::Tensor, at::Tensor> qkv_heads(const at::Tensor& qkv, const rotary& angles) const;
   at::Tensor mlp(const layer_views& layer, const at::Tensor& m) const;
   at::Tensor mlp_activations(const layer_views& layer, const at::Tensor& m) const;  // SwiGLU, before down_w
+  at::Tensor swiglu(const at::Tensor& gate_up) const;  // silu(gate) * up of the gate_up product's rows
+  // The packed weights for a step of `rows` rows like x: current (packed again
+  // if flat() changed since), or null where packed products do not apply.
+  std::shared_ptr<const packed_weights> packed_for(const at::Tensor& x, int64_t rows) const;
   void bind_views();
   at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight) const;
   rotary rotary_for(const at::Tensor& positions) const;
@@ -110,6 +118,19 @@ class policy_model {
   at::Tensor embed_, final_norm_, lm_head_;
   std::vector<layer_views> layers_;
   at::Tensor rope_cos_, rope_sin_;  // [max_position_embeddings, head_dim], float32
+  // Built by the first CPU decode step; a copied model starts without (its buffer is another).
+  struct packed_holder {
+    packed_holder() = default;
+    packed_holder(const packed_holder&) {}
+    packed_holder& operator=(const packed_holder&) {
+      std::lock_guard<std::mutex> lock(mutex);
+      current.reset();
+      return *this;
+    }
+    std::mutex mutex;
+    std::shared_ptr<const packed_weights> current;
+  };
+  mutable packed_holder packed_;
 };
 
 }  // namespace areal::kernels

@@ -1,0 +1,41 @@
+// The decode step's matrix products over weights packed once (cpu_packed_gemm.cpp).
+//
+// Why: a decode step multiplies a few dozen rows (one per sequence) by every
+// weight of the model. OpenBLAS repacks the weight operand on every call: on
+// the `small` preset at batch 64 its packing routine was 14% of the decode
+// step's CPU time (`perf`), a copy of every weight, every step. Packed once per
+// weight version, a product reads each weight once, straight from its panel.
+//
+// Layout: a weight w [n, k] (a Linear's, row-major: output j is row j) in
+// panels of 16 output columns, each panel k rows of 16: packed[p][c][j] =
+// w[16 p + j][c], zero past n; the panel count is rounded up to an even number
+// (32 columns per block with AVX-512).
+#pragma once
+
+#include <cstdint>
+
+namespace areal::kernels::cpu {
+
+/// Floats the packed form of a weight [n, k] takes.
+int64_t packed_size(int64_t n, int64_t k);
+
+/// Packs w [n, k] (row stride k) into `packed` (packed_size(n, k) floats).
+void pack_weight(const float* w, int64_t n, int64_t k, float* packed);
+
+/// y[r, 0..n) = (accumulate ? y[r, 0..n) : 0) + x[r, 0..k) . w^T (+ bias[0..n) when not null)
+/// for rows r < m. x and y are row-major with row strides x_stride and y_stride;
+/// y must not overlap x. Column blocks are split over ATen's intra-op threads.
+struct packed_product_args {
+  const float* x = nullptr;
+  int64_t x_stride = 0;
+  int64_t m = 0;
+  const float* packed = nullptr;
+  int64_t n = 0, k = 0;
+  const float* bias = nullptr;
+  float* y = nullptr;
+  int64_t y_stride = 0;
+  bool accumulate = false;
+};
+void packed_product(const packed_product_args& a);
+
+}  // namespace areal::kernels::cpu

@@ -1,0 +1,118 @@
+// The decode step's products over packed weights (cpu_packed_gemm.hpp): against
+// a float64 reference on every instruction set this CPU runs, at shapes off the
+// blockings; and in the model, where the packed copy must follow every change
+// of the weights (an ATen write, the trainer's own optimizer loop).
+#include <vector>
+
+#include "areal/kernels/fused_layers.hpp"
+#include "areal/kernels/kv_cache.hpp"
+#include "areal/kernels/model.hpp"
+#include "areal/kernels/trainer.hpp"
+#include "cpu_isa.hpp"
+#include "cpu_packed_gemm.hpp"
+#include "test_models.hpp"
+#include "torch_doctest.hpp"
+
+using namespace areal::kernels;
+
+TEST_CASE("a product over a packed weight is x times the weight transposed, with bias and accumulation") {
+  auto detected = cpu::detect_isa();
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+  // Rows off the row blocks (8 and 3), columns off the 32-column blocks, depths off the unrolling.
+  for (auto set : cpu::runnable_isas())
+    for (int64_t m : {1, 5, 8, 13, 64})
+      for (int64_t n : {1, 17, 32, 45, 100})
+        for (int64_t k : {1, 7, 64}) {
+          INFO("instruction set " << static_cast<int>(set) << ", m " << m << ", n " << n << ", k " << k);
+          auto w = at::randn({n, k}, gen);
+          auto x_wide = at::randn({m, k + 3}, gen);  // rows with a stride beyond k
+          auto x = x_wide.narrow(1, 0, k);
+          auto bias = at::randn({n}, gen);
+          auto y0 = at::randn({m, n}, gen);
+          std::vector<float> packed(static_cast<size_t>(cpu::packed_size(n, k)), -1.0f);
+          cpu::cpu_isa = set;
+          cpu::pack_weight(w.data_ptr<float>(), n, k, packed.data());
+          auto plain = at::full({m, n}, 7.0f), summed = y0.clone();
+          cpu::packed_product_args a;
+          a.x = x_wide.data_ptr<float>();
+          a.x_stride = k + 3;
+          a.m = m;
+          a.packed = packed.data();
+          a.n = n;
+          a.k = k;
+          a.y = plain.data_ptr<float>();
+          a.y_stride = n;
+          cpu::packed_product(a);  // overwrites: the 7s go
+          a.y = summed.data_ptr<float>();
+          a.bias = bias.data_ptr<float>();
+          a.accumulate = true;
+          cpu::packed_product(a);
+          cpu::cpu_isa = detected;
+          auto want = at::mm(x.to(at::kDouble), w.to(at::kDouble).t());
+          CHECK(at::allclose(plain.to(at::kDouble), want, 1e-5, 1e-5));
+          CHECK(at::allclose(summed.to(at::kDouble), want + bias.to(at::kDouble) + y0.to(at::kDouble), 1e-5, 1e-5));
+        }
+}
+
+namespace {
+
+// The logits of one decode step (after a 5-token prefill) for 3 sequences, on the CPU's loops.
+at::Tensor decode_logits(const policy_model& model) {
+  kv_cache cache(model.config(), 3, 16, model.options());
+  std::vector<int64_t> tokens;
+  for (int64_t s = 0; s < 3; ++s)
+    for (int64_t t = 0; t < 5; ++t)
+      tokens.push_back((s * 7 + t * 3) % model.config().vocab_size);
+  model.forward_cached(cache, {tokens, {0, 1, 2}, {5, 5, 5}});
+  return model.logits(model.forward_cached(cache, {{1, 2, 3}, {0, 1, 2}, {1, 1, 1}}));
+}
+
+// The same with ATen's products and layers (no packed weights).
+at::Tensor aten_decode_logits(const policy_model& model) {
+  fused::set_enabled(false);
+  auto out = decode_logits(model);
+  fused::set_enabled(true);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("the decode step's packed weights follow the model's weights as they change") {
+  at::NoGradGuard no_grad;
+  policy_model model(areal::test::small_model_config(24));
+  model.init_random(1);
+  auto before = decode_logits(model);
+  CHECK(at::allclose(before, aten_decode_logits(model), 1e-4, 1e-5));
+
+  SUBCASE("an ATen write into the weights") {
+    policy_model other(areal::test::small_model_config(24));
+    other.init_random(2);
+    model.flat().copy_(other.flat());
+    auto after = decode_logits(model);
+    CHECK_FALSE(at::allclose(after, before, 1e-3, 1e-3));
+    CHECK(at::allclose(after, aten_decode_logits(other), 1e-4, 1e-5));
+  }
+  SUBCASE("a write into one parameter's view") {
+    model.parameter("model.layers.1.mlp.down_proj.weight").mul_(3.0);
+    auto after = decode_logits(model);
+    CHECK_FALSE(at::allclose(after, before, 1e-3, 1e-3));
+    CHECK(at::allclose(after, aten_decode_logits(model), 1e-4, 1e-5));
+  }
+}
+
+TEST_CASE("a model trained by the trainer's own optimizer loop decodes with its new weights") {
+  policy_model model(areal::test::small_model_config(24));
+  model.init_random(4);
+  auto before = decode_logits(model);
+  trainer_config config;
+  config.optimizer.lr = 1e-2;
+  trainer t(model, config);
+  std::vector<sft_sample> data;
+  for (int i = 0; i < 4; ++i)
+    data.push_back({{1, static_cast<int32_t>(2 + i)}, {3, 4, 5, static_cast<int32_t>(6 + i)}});
+  t.sft_update(data);
+  at::NoGradGuard no_grad;
+  auto after = decode_logits(model);
+  CHECK_FALSE(at::allclose(after, before, 1e-3, 1e-3));
+  CHECK(at::allclose(after, aten_decode_logits(model), 1e-4, 1e-5));
+}
