@@ -17,17 +17,17 @@
 
 #include "areal/actors/compute_share.hpp"
 #include "areal/actors/endpoint.hpp"
-#include "areal/actors/rl_job.hpp"
-#include "areal/actors/run_checkpoint.hpp"
 #include "areal/actors/evaluator.hpp"
 #include "areal/actors/interfaces.hpp"
+#include "areal/actors/rl_job.hpp"
+#include "areal/actors/run_checkpoint.hpp"
 #include "areal/actors/weight_transport.hpp"
+#include "areal/kernels/chat_template.hpp"
+#include "areal/kernels/engine.hpp"
 #include "areal/kernels/model.hpp"
 #include "areal/kernels/model_config.hpp"
 #include "areal/kernels/tokenizer.hpp"
 #include "areal/kernels/trainer.hpp"
-#include "areal/kernels/chat_template.hpp"
-#include "areal/kernels/engine.hpp"
 #include "areal/runtime/config.hpp"
 #include "areal/runtime/trace.hpp"
 #include "areal/tasks/tasks.hpp"
@@ -181,14 +181,14 @@ std::pair<trainer_side, controller_checkpoint> rejoined_trainer_side(caf::actor_
 /// An evaluation outside the controller's steps (before RL, or of the final
 /// weights) as a metrics line; `time_s` is the run's time then (the report
 /// draws accuracy against it).
-void eval_line(const std::filesystem::path& run_dir, const char* which, double time_s, int64_t version,
-               double accuracy, double mean_tokens);
+void eval_line(const std::filesystem::path& run_dir, const char* which, double time_s, int64_t version, double accuracy,
+               double mean_tokens);
 /// The held-out accuracy of the final weights (into result.accuracy_after and
 /// metrics.jsonl): here with the trainer's weights by pointer, or by the
 /// evaluator beside a remote trainer.
 void evaluate_final(caf::scoped_actor& self, const trainer_side& side, bool remote, const model_parts& m,
-                    const eval_set& evals, const eval_options& eo, const std::filesystem::path& run_dir,
-                    double time_s, rl_job_result& result);
+                    const eval_set& evals, const eval_options& eo, const std::filesystem::path& run_dir, double time_s,
+                    rl_job_result& result);
 /// The controller's record of a checkpoint agrees with the trainer's state
 /// beside it and with this run; throws job_error otherwise.
 void check_resume_state(const controller_checkpoint& saved, const std::string& dir, const run_config& c);
@@ -198,9 +198,10 @@ trainer_side start_trainer_side(caf::actor_system& sys, const run_config& c, con
                                 const std::string& model_dir, const std::string& resume_from, int64_t initial_version,
                                 const std::string& run_dir, std::shared_ptr<tracer> trace);
 
-/// The supervised warm start (sft.*) of m.policy; false when `stop` was set meanwhile.
+/// The supervised warm start (sft.*) of m.policy on `threads` cores (one model
+/// replica each); false when `stop` was set meanwhile.
 /// `transcripts`: an agent run's chat demonstrations (else the task's own).
-bool warm_start(const run_config& c, model_parts& m, const std::atomic<bool>& stop, progress_line& progress,
-                const std::vector<kernels::sft_sample>& transcripts = {});
+bool warm_start(const run_config& c, model_parts& m, int threads, const std::atomic<bool>& stop,
+                progress_line& progress, const std::vector<kernels::sft_sample>& transcripts = {});
 
 }  // namespace areal::job

@@ -8,12 +8,13 @@
 
 #include <chrono>
 #include <map>
-#include <utility>
 #include <sstream>
+#include <utility>
 
 #include <caf/all.hpp>
 #include <nlohmann/json.hpp>
 
+#include "agent_program.hpp"
 #include "areal/actors/controller.hpp"
 #include "areal/actors/evaluator.hpp"
 #include "areal/actors/node.hpp"
@@ -27,7 +28,6 @@
 #include "areal/runtime/files.hpp"
 #include "areal/runtime/log.hpp"
 #include "areal/runtime/report.hpp"
-#include "agent_program.hpp"
 #include "job_parts.hpp"
 
 namespace fs = std::filesystem;
@@ -109,7 +109,7 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
   }
   if (!resume && c.sft.steps > 0) {
     auto start = clock_type::now();
-    if (!warm_start(c, m, stop, progress, transcripts)) {
+    if (!warm_start(c, m, options.compute_threads, stop, progress, transcripts)) {
       result.why = "stopped during the warm start; nothing to resume";
       spdlog::info("{}", result.why);
       return result;

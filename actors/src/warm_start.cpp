@@ -47,8 +47,8 @@ void progress_line::close() {
 
 // -- supervised warm start ----------------------------------------------------
 
-bool warm_start(const run_config& c, model_parts& m, const std::atomic<bool>& stop, progress_line& progress,
-                const std::vector<kernels::sft_sample>& transcripts) {
+bool warm_start(const run_config& c, model_parts& m, int threads, const std::atomic<bool>& stop,
+                progress_line& progress, const std::vector<kernels::sft_sample>& transcripts) {
   kernels::trainer_config tc;
   tc.optimizer.lr = c.sft.lr;
   tc.optimizer.warmup_steps = c.sft.warmup_steps;
@@ -56,6 +56,9 @@ bool warm_start(const run_config& c, model_parts& m, const std::atomic<bool>& st
   tc.optimizer.total_steps = c.sft.steps;
   tc.optimizer.min_lr_ratio = 0.1;
   tc.seed = stream_seed(c.run.seed, 5);
+  // A replica per core, as the RL trainer runs: on these small products one thread per core
+  // beats intra-op threads, and OpenBLAS's threaded products wait for each other in sched_yield.
+  tc.data_parallel = threads;
   kernels::trainer sft(*m.policy, tc);
   // Chat transcripts (an agent run's) in their order, again and again; else the task's demonstrations.
   auto source = transcripts.empty() ? demonstration_source(c, m) : nullptr;

@@ -434,23 +434,39 @@ step_stats trainer::sft_update(const std::vector<sft_sample>& batch) {
   total = std::max<int64_t>(total, 1);
   std::vector<size_t> all(seqs.size());
   std::iota(all.begin(), all.end(), 0);
-  for (auto& mb : plan(seqs, all)) {
-    auto logp = micro_batch_logprobs(model_, seqs, mb, &stats.computed_tokens);
-    if (any_mask) {
-      std::vector<float> keep;
-      for (auto i : mb) {
-        auto& m = batch[i].loss_mask;
-        if (m.empty())
-          keep.insert(keep.end(), batch[i].response.size(), 1.0f);
-        else
-          keep.insert(keep.end(), m.begin(), m.end());
-      }
-      logp = logp * at::tensor(keep).to(logp.device());
-    }
-    auto loss = -logp.sum() / static_cast<double>(total);
-    loss.backward();
-    stats.loss += loss.item<double>();
-    stats.micro_batches++;
+  // As a PPO pass: the micro-batches on the replicas at once, each replica's sums merged after.
+  struct partial {
+    double loss = 0;
+    int64_t computed_tokens = 0, micro_batches = 0;
+  };
+  auto replicas = replicas_now();
+  std::vector<partial> parts(replicas);
+  for_micro_batches(
+      plan(seqs, all, replicas), replicas,
+      [&](policy_model& model, const std::vector<size_t>& mb, size_t k) {
+        auto& part = parts[k];
+        auto logp = micro_batch_logprobs(model, seqs, mb, &part.computed_tokens);
+        if (any_mask) {
+          std::vector<float> keep;
+          for (auto i : mb) {
+            auto& m = batch[i].loss_mask;
+            if (m.empty())
+              keep.insert(keep.end(), batch[i].response.size(), 1.0f);
+            else
+              keep.insert(keep.end(), m.begin(), m.end());
+          }
+          logp = logp * at::tensor(keep).to(logp.device());
+        }
+        auto loss = -logp.sum() / static_cast<double>(total);
+        loss.backward();
+        part.loss += loss.item<double>();
+        part.micro_batches++;
+      },
+      true);
+  for (auto& part : parts) {
+    stats.loss += part.loss;
+    stats.computed_tokens += part.computed_tokens;
+    stats.micro_batches += part.micro_batches;
   }
   stats.tokens = total;
   apply_gradients(stats);
