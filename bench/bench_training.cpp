@@ -7,8 +7,9 @@
 //     tokens, causal attention) and their fraction of the GEMM rate of as many
 //     single-threaded products running at once; ppo_minibatches 1 and 4, and
 //     1 with ATen's element-wise layers and attention instead of the CPU's own loops (fused_layers.hpp);
-//   - SFT steps (forward + backward + AdamW) and efficiency =
-//     6 * N * tokens/s / ceiling, for both presets;
+//   - SFT steps (trainer::sft_update, forward + backward + AdamW) as the warm
+//     start runs them, one replica per thread, FLOPs and ceiling as for the
+//     PPO step, for both presets;
 //   - packed vs padded micro-batches on long-tailed sequence lengths (useful tokens/s);
 //   - chunked vs naive log-probabilities at vocab 151,936: peak memory and time.
 // Usage: bench_training [--quick] [--json FILE] [--threads N]
@@ -206,20 +207,33 @@ int main(int argc, char** argv) {
       fused::set_enabled(true);
     }
   }
-  // Training throughput: sequences of 256 tokens (prompt 4), 2048 tokens per micro-batch.
+  // SFT steps as the warm start runs them (one replica per compute thread): sequences of 256 tokens
+  // (prompt 4), 2048 tokens per micro-batch. FLOPs as for the PPO step: forward_flops for the forward,
+  // three times that for forward + backward.
+  std::cout << "SFT step (trainer::sft_update; " << threads << " replica(s) x 1 intra-op thread, as the warm start on "
+            << threads << " compute threads):\n";
   for (std::string name : {"tiny", "small"}) {
     auto config = preset(name, vocab);
     policy_model model(config);
     model.init_random(1);
-    double ceiling = areal::bench::gemm_ceiling_gflops(config);
+    double ceiling = areal::bench::concurrent_gemm_ceiling_gflops(config, threads);
     std::vector<int64_t> lengths(quick ? 8 : 16, 256);
     trainer_config tc;
     tc.max_tokens_per_mb = 2048;
-    auto rate = train_rate(model, tc, make_data(lengths, 1), quick ? 2 : 5);
-    double efficiency = 6.0 * static_cast<double>(config.parameter_count()) * rate / (ceiling * 1e9);
-    std::cout << "SFT step, " << name << ": " << config.parameter_count() << " parameters; GEMM ceiling " << ceiling
-              << " GFLOP/s; training " << rate << " tokens/s, efficiency (6 N tokens/s) " << efficiency << "\n";
-    out[name] = {{"ceiling_gflops", ceiling}, {"tokens_per_s", rate}, {"efficiency", efficiency}};
+    tc.data_parallel = threads;
+    auto data = make_data(lengths, 1);
+    int64_t scored = 0;
+    for (auto& s : data)
+      scored += static_cast<int64_t>(s.response.size());
+    auto rate = train_rate(model, tc, data, quick ? 2 : 5);
+    double step_flops = 3.0 * areal::bench::forward_flops(config, lengths, scored);
+    double gflops = step_flops * rate / static_cast<double>(scored) / 1e9;
+    double efficiency = gflops / ceiling;
+    std::cout << "  " << name << ": " << config.parameter_count() << " parameters; " << rate << " trained tokens/s, "
+              << gflops << " model GFLOP/s; ceiling " << ceiling << " GFLOP/s (" << threads
+              << " x 1-thread products at once); efficiency " << efficiency << "\n";
+    out[name] = {
+        {"ceiling_gflops", ceiling}, {"tokens_per_s", rate}, {"model_gflops", gflops}, {"efficiency", efficiency}};
   }
 
   // Packed vs padded on long-tailed lengths (tiny preset).

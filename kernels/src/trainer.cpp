@@ -255,10 +255,38 @@ bool trainer::apply_gradients(step_stats& stats) {
   return true;
 }
 
-int64_t rl_sample::trained_tokens() const {
+namespace {
+
+int64_t count_trained(const std::vector<int32_t>& response, const std::vector<uint8_t>& loss_mask) {
   if (loss_mask.empty())
     return static_cast<int64_t>(response.size());
   return std::count_if(loss_mask.begin(), loss_mask.end(), [](uint8_t m) { return m != 0; });
+}
+
+/// The loss mask of a micro-batch's response tokens, in the order micro_batch_logprobs
+/// returns them: a sample without a mask trains every token.
+template <typename Sample>
+at::Tensor micro_batch_loss_mask(const std::vector<Sample>& batch, const std::vector<size_t>& mb,
+                                 const at::Device& device) {
+  std::vector<float> keep;
+  for (auto i : mb) {
+    auto& m = batch[i].loss_mask;
+    if (m.empty())
+      keep.insert(keep.end(), batch[i].response.size(), 1.0f);
+    else
+      keep.insert(keep.end(), m.begin(), m.end());
+  }
+  return at::tensor(keep).to(device);
+}
+
+}  // namespace
+
+int64_t rl_sample::trained_tokens() const {
+  return count_trained(response, loss_mask);
+}
+
+int64_t sft_sample::trained_tokens() const {
+  return count_trained(response, loss_mask);
 }
 
 void trainer::check_batch(const std::vector<rl_sample>& batch) const {
@@ -299,16 +327,9 @@ double trainer::accumulate(const std::vector<rl_sample>& batch, const std::vecto
       [&](policy_model& model, const std::vector<size_t>& mb, size_t k) {
         auto& part = parts[k];
         auto logp = micro_batch_logprobs(model, seqs, mb, &part.computed_tokens);
-        std::vector<float> p, b, a, r, keep;
+        std::vector<float> p, b, a, r;
         bool with_reference = config_.kl_coef > 0;
         for (auto i : mb) {
-          if (any_mask) {
-            auto& m = batch[i].loss_mask;
-            if (m.empty())
-              keep.insert(keep.end(), batch[i].response.size(), 1.0f);
-            else
-              keep.insert(keep.end(), m.begin(), m.end());
-          }
           if (!prox_is_this_pass)
             p.insert(p.end(), prox[i].begin(), prox[i].end());
           b.insert(b.end(), batch[i].behaviour_logprobs.begin(), batch[i].behaviour_logprobs.end());
@@ -318,7 +339,7 @@ double trainer::accumulate(const std::vector<rl_sample>& batch, const std::vecto
             r.insert(r.end(), batch[i].reference_logprobs.begin(), batch[i].reference_logprobs.end());
         }
         auto device = logp.device();
-        auto mask = any_mask ? at::tensor(keep).to(device) : at::Tensor{};
+        auto mask = any_mask ? micro_batch_loss_mask(batch, mb, device) : at::Tensor{};
         auto prox_logp = prox_is_this_pass ? logp.detach() : at::tensor(p).to(device);
         auto losses = ppo_token_losses(logp, prox_logp, at::tensor(b).to(device), at::tensor(a).to(device), config_.ppo,
                                        &part.ppo, mask);
@@ -428,8 +449,7 @@ step_stats trainer::sft_update(const std::vector<sft_sample>& batch) {
                                   " response tokens but a loss mask of " + std::to_string(s.loss_mask.size()));
     seqs.push_back({&s.prompt, &s.response});
     any_mask = any_mask || !s.loss_mask.empty();
-    total += s.loss_mask.empty() ? static_cast<int64_t>(s.response.size())
-                                 : std::count_if(s.loss_mask.begin(), s.loss_mask.end(), [](uint8_t m) { return m; });
+    total += s.trained_tokens();
   }
   total = std::max<int64_t>(total, 1);
   std::vector<size_t> all(seqs.size());
@@ -446,17 +466,8 @@ step_stats trainer::sft_update(const std::vector<sft_sample>& batch) {
       [&](policy_model& model, const std::vector<size_t>& mb, size_t k) {
         auto& part = parts[k];
         auto logp = micro_batch_logprobs(model, seqs, mb, &part.computed_tokens);
-        if (any_mask) {
-          std::vector<float> keep;
-          for (auto i : mb) {
-            auto& m = batch[i].loss_mask;
-            if (m.empty())
-              keep.insert(keep.end(), batch[i].response.size(), 1.0f);
-            else
-              keep.insert(keep.end(), m.begin(), m.end());
-          }
-          logp = logp * at::tensor(keep).to(logp.device());
-        }
+        if (any_mask)
+          logp = logp * micro_batch_loss_mask(batch, mb, logp.device());
         auto loss = -logp.sum() / static_cast<double>(total);
         loss.backward();
         part.loss += loss.item<double>();

@@ -87,6 +87,7 @@ struct sft_sample {
   /// Empty (every response token is trained) or one per response token: 0 on
   /// the template and tool tokens between a transcript's assistant turns.
   std::vector<uint8_t> loss_mask;
+  int64_t trained_tokens() const;
 };
 
 struct step_stats {
@@ -190,7 +191,7 @@ class trainer {
   std::mt19937_64 rng_;
   std::function<int()> thread_count_;
   std::vector<std::unique_ptr<policy_model>> replicas_;  // parameter copies for data-parallel passes
-  replica_threads replica_threads_;                       // the threads replicas 1.. run on
+  replica_threads replica_threads_;                      // the threads replicas 1.. run on
 };
 
 }  // namespace areal::kernels
