@@ -37,6 +37,7 @@
 #include "bench_jobs.hpp"
 
 #include "areal/actors/rl_job.hpp"
+#include "areal/actors/run_kernels.hpp"
 #include "areal/kernels/allocator.hpp"
 #include "areal/kernels/compute_threads.hpp"
 #include "areal/kernels/engine.hpp"
@@ -60,9 +61,12 @@ struct capacity {
   double training = 0;    // trained tokens/s, PPO update including the proximal pass
 };
 
-// G and T at `threads` intra-op threads, on the warm-started model.
+// G and T at `threads` intra-op threads, on the warm-started model, with the
+// job's engine (slots, prompt pool, interruption), sampling, groups and trainer
+// (run_kernels.hpp).
 capacity measure_capacity(const fs::path& model_dir, const workload& w, int threads, bool quick) {
   kernels::set_compute_threads(threads);
+  auto c = bench::make_config(w, threads, {});
   auto tok = kernels::tokenizer::load((model_dir / "tokenizer.json").string());
   auto eos = *tok.token_id("<eos>");
   auto model = kernels::policy_model::load(model_dir.string());
@@ -72,15 +76,17 @@ capacity measure_capacity(const fs::path& model_dir, const workload& w, int thre
   o.median_terms = w.median_terms;
   o.max_terms = static_cast<int>(w.max_terms);
   auto source = tasks::running_sum_generator(o);
-  const int64_t slots = 64;
-  kernels::generation_engine engine(model, {slots, 1024, 512});
-  int64_t requests = quick ? 2 * slots : 4 * slots;
+  kernels::generation_engine engine(model, rollout_engine_config(c, model.config()));
+  // Groups of group_size samples of one prompt, as the controller sends them.
+  int64_t requests = (quick ? 2 : 4) * c.rl.rollout_slots, group = c.rl.group_size;
+  std::vector<int32_t> prompt;
   for (int64_t i = 0; i < requests; ++i) {
+    if (i % group == 0)
+      prompt = tok.encode(source->next()->prompt);
     kernels::generation_job job;
     job.id = static_cast<uint64_t>(i);
-    job.prompt = tok.encode(source->next()->prompt);
-    job.sampling.max_new_tokens = static_cast<uint32_t>(w.max_new_tokens);
-    job.sampling.stop_tokens = {eos};
+    job.prompt = prompt;
+    job.sampling = rollout_sampling(c, eos);
     job.seed = static_cast<uint64_t>(i);
     engine.submit(std::move(job));
   }
@@ -91,14 +97,13 @@ capacity measure_capacity(const fs::path& model_dir, const workload& w, int thre
   while (engine.queued() > 0)
     for (auto& out : engine.step())
       outputs.push_back(std::move(out));
-  capacity c;
-  c.generation = static_cast<double>(engine.counters().decode_tokens - tokens_before) / seconds_since(start);
+  capacity cap;
+  cap.generation = static_cast<double>(engine.counters().decode_tokens - tokens_before) / seconds_since(start);
   for (auto& out : engine.run_to_completion())
     outputs.push_back(std::move(out));
 
   // Training: PPO updates on batches of these trajectories.
-  kernels::trainer_config tc;
-  tc.optimizer.lr = 1e-5;
+  auto tc = rl_trainer_config(c);
   tc.data_parallel = threads;  // as the job's trainer uses k cores: one replica per thread
   kernels::trainer trainer(model, tc);
   // A representative batch: outputs in random order (the first to finish are the shortest).
@@ -118,8 +123,8 @@ capacity measure_capacity(const fs::path& model_dir, const workload& w, int thre
   start = clock_type::now();
   for (int i = 0; i < updates; ++i)
     tokens += trainer.ppo_update(batch).tokens;
-  c.training = static_cast<double>(tokens) / seconds_since(start);
-  return c;
+  cap.training = static_cast<double>(tokens) / seconds_since(start);
+  return cap;
 }
 
 struct run_row {
@@ -168,7 +173,10 @@ int main(int argc, char** argv) {
   else if (only == "long-tail")
     workloads.erase(workloads.begin());
   auto scratch = fs::temp_directory_path() / ("areal-bench-async-" + std::to_string(getpid()));
-  nlohmann::json report = {{"bench", "bench_async_vs_sync"}, {"threads", threads}, {"blas", kernels::describe(facts)}, {"quick", opts.quick}};
+  nlohmann::json report = {{"bench", "bench_async_vs_sync"},
+                           {"threads", threads},
+                           {"blas", kernels::describe(facts)},
+                           {"quick", opts.quick}};
   for (auto& w : workloads) {
     std::cout << "\n== workload: " << w.name << "; " << w.rl_steps << " RL steps of " << w.batch_size
               << " trajectories\n";
@@ -204,9 +212,9 @@ int main(int argc, char** argv) {
         {"generation alone on " + std::to_string(threads), caps[static_cast<size_t>(threads)].generation, 0},
         {"training alone on " + std::to_string(threads), 0, caps[static_cast<size_t>(threads)].training}};
     for (int k = 1; k < threads; ++k)
-      configurations.push_back({"generation on " + std::to_string(k) + " and training on " + std::to_string(threads - k),
-                                caps[static_cast<size_t>(k)].generation,
-                                caps[static_cast<size_t>(threads - k)].training});
+      configurations.push_back(
+          {"generation on " + std::to_string(k) + " and training on " + std::to_string(threads - k),
+           caps[static_cast<size_t>(k)].generation, caps[static_cast<size_t>(threads - k)].training});
     double bound = 0;
     std::string bound_how;
     for (auto& a : configurations)
@@ -271,9 +279,9 @@ int main(int argc, char** argv) {
       double fill_drain = -1;
       if (step_times.size() >= 2) {
         double interval = (step_times.back() - step_times.front()) / static_cast<double>(step_times.size() - 1);
-        fill_drain = (std::max(0.0, step_times.front() - interval) +
-                      std::max(0.0, result.rl_seconds - step_times.back())) /
-                     result.rl_seconds;
+        fill_drain =
+            (std::max(0.0, step_times.front() - interval) + std::max(0.0, result.rl_seconds - step_times.back())) /
+            result.rl_seconds;
       }
       double samples_per_s = static_cast<double>(s.trained) / result.rl_seconds;
       if (row.name == "sync") {
@@ -281,8 +289,8 @@ int main(int argc, char** argv) {
         sync_accuracy = result.accuracy_after;
       }
       std::cout << row.name << ": " << tokens_per_s << " trained tokens/s, " << samples_per_s << " samples/s; vs sync "
-                << tokens_per_s / sync_rate << "x; " << tokens_per_s / bound
-                << " of the bound; fill and drain " << 100 * fill_drain << "% of the time; held-out accuracy " << 100 * result.accuracy_before << "% -> "
+                << tokens_per_s / sync_rate << "x; " << tokens_per_s / bound << " of the bound; fill and drain "
+                << 100 * fill_drain << "% of the time; held-out accuracy " << 100 * result.accuracy_before << "% -> "
                 << 100 * result.accuracy_after << "% (vs sync " << 100 * (result.accuracy_after - sync_accuracy)
                 << " points) after " << s.trained << " samples; max staleness " << s.max_staleness << ", dropped "
                 << s.dropped << std::endl;

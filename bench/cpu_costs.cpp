@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "areal/actors/run_kernels.hpp"
 #include "areal/kernels/compute_threads.hpp"
 #include "areal/kernels/engine.hpp"
 #include "areal/kernels/model.hpp"
@@ -56,23 +57,9 @@ kernels::generation_job make_job(parts& p, uint64_t id, bool stop_at_eos, int64_
   return job;
 }
 
-kernels::engine_config engine_config_of(const run_config& c) {
-  kernels::engine_config e{c.rl.rollout_slots, 1024, 512, kernels::interruption_mode::reprefill};
-  e.prompt_pool_tokens = c.rl.prompt_pool_tokens;
-  return e;
-}
-
-// The trainer as the job configures it (trainer_side.cpp), `replicas` data-parallel replicas.
+// The trainer as the job configures it (run_kernels.hpp), `replicas` data-parallel replicas.
 kernels::trainer_config trainer_config_of(const run_config& c, int replicas) {
-  kernels::trainer_config tc;
-  tc.optimizer.lr = c.rl.lr;
-  tc.ppo.clip_low = tc.ppo.clip_high = c.rl.clip;
-  tc.ppo.behaviour_cap = c.rl.behaviour_cap;
-  tc.ppo.cap_clamps = c.rl.behaviour_clamp;
-  tc.ppo.decoupled = c.rl.decoupled;
-  tc.ppo_minibatches = c.rl.ppo_minibatches;
-  tc.max_tokens_per_mb = c.rl.max_tokens_per_mb;
-  tc.temperature = c.rl.temperature;
+  auto tc = rl_trainer_config(c);
   tc.data_parallel = replicas;
   return tc;
 }
@@ -96,7 +83,7 @@ decode_points time_decode(kernels::policy_model& model, parts& p, int threads, b
   uint64_t id = 0;
   for (int repeat = 0; repeat < (quick ? 2 : 4); ++repeat)
     for (int64_t batch : {group, 4 * group, p.config.rl.rollout_slots}) {
-      kernels::generation_engine engine(model, engine_config_of(p.config));
+      kernels::generation_engine engine(model, rollout_engine_config(p.config, model.config()));
       double prompt_tokens = 0, attended = 0;
       for (int64_t g = 0; g < batch / group; ++g) {
         auto prompt = make_job(p, id, true, cap).prompt;
@@ -136,7 +123,7 @@ decode_points time_decode(kernels::policy_model& model, parts& p, int threads, b
 
 // A batch the trainer trains on: answers the engine generated, in random order.
 std::vector<kernels::rl_sample> training_batch(kernels::policy_model& model, parts& p, int64_t size) {
-  kernels::generation_engine engine(model, engine_config_of(p.config));
+  kernels::generation_engine engine(model, rollout_engine_config(p.config, model.config()));
   for (int64_t i = 0; i < size; ++i)
     engine.submit(make_job(p, 100000 + static_cast<uint64_t>(i), true, p.config.rl.max_new_tokens));
   std::vector<kernels::rl_sample> batch;
@@ -181,10 +168,11 @@ train_points time_training(kernels::trainer& trainer, const std::vector<kernels:
 class beside {
  public:
   template <class F>
-  explicit beside(F work) : thread_([this, work]() mutable {
-      while (!stop_)
-        work();
-    }) {}
+  explicit beside(F work)
+      : thread_([this, work]() mutable {
+          while (!stop_)
+            work();
+        }) {}
   ~beside() {
     stop_ = true;
     thread_.join();
@@ -231,9 +219,9 @@ cpu_rates measure_cpu_rates(const fs::path& model_dir, const workload& w, int th
   double transfer = since(start) / 10;
 
   cpu_rates out;
-  auto how = fmt::format("{} decode steps at batch 1-{} and PPO steps of {}-{} samples on the warm-started model",
-                         quick ? "one pass of" : "two passes of", p.config.rl.rollout_slots, w.batch_size / 4,
-                         w.batch_size);
+  auto how =
+      fmt::format("{} decode steps at batch 1-{} and PPO steps of {}-{} samples on the warm-started model",
+                  quick ? "one pass of" : "two passes of", p.config.rl.rollout_slots, w.batch_size / 4, w.batch_size);
   {
     auto decode = time_decode(engine_model, p, threads, quick);
     auto train = time_training(trainer, all, w.batch_size, quick);
@@ -253,7 +241,7 @@ cpu_rates measure_cpu_rates(const fs::path& model_dir, const workload& w, int th
   train_points train;
   {
     auto background = load_parts(model_dir, w, threads);  // prompts of its own stream
-    kernels::generation_engine engine(engine_model, engine_config_of(p.config));
+    kernels::generation_engine engine(engine_model, rollout_engine_config(p.config, engine_model.config()));
     uint64_t id = 1u << 30;
     beside generating([&] {
       kernels::set_compute_threads(split);

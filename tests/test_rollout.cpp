@@ -10,6 +10,7 @@
 #include "areal/actors/node.hpp"
 #include "areal/actors/reward_pool.hpp"
 #include "areal/actors/rollout.hpp"
+#include "areal/actors/run_kernels.hpp"
 #include "areal/actors/sample_store.hpp"
 #include "job_parts.hpp"
 #include "test_models.hpp"
@@ -219,23 +220,53 @@ TEST_CASE("a full reward pool delays samples, and each reaches the sample store 
 }
 
 TEST_CASE("rl.interruption and rl.prompt_pool_tokens reach the rollout workers' engines") {
-  job::model_parts m;
-  m.config.max_position_embeddings = 512;
+  kernels::model_config m;
+  m.max_position_embeddings = 512;
   run_config c;
-  CHECK(job::rollout_engine(c, m).interruption == interruption_mode::reprefill);  // the default
+  CHECK(rollout_engine_config(c, m).interruption == interruption_mode::reprefill);  // the default
   for (auto [name, mode] :
        {std::pair{"keep_cache", interruption_mode::keep_cache}, std::pair{"wait", interruption_mode::wait}}) {
     c.rl.interruption = name;
-    CHECK(job::rollout_engine(c, m).interruption == mode);
+    CHECK(rollout_engine_config(c, m).interruption == mode);
   }
   c.rl.rollout_slots = 7;
-  CHECK(job::rollout_engine(c, m).slots == 7);
-  CHECK(job::rollout_engine(c, m).max_seq_len == 512);
-  CHECK(job::rollout_engine(c, m).prompt_pool_tokens == run_config{}.rl.prompt_pool_tokens);
+  CHECK(rollout_engine_config(c, m).slots == 7);
+  CHECK(rollout_engine_config(c, m).max_seq_len == 512);
+  CHECK(rollout_engine_config(c, m).prompt_pool_tokens == run_config{}.rl.prompt_pool_tokens);
   c.rl.prompt_pool_tokens = 0;
-  CHECK(job::rollout_engine(c, m).prompt_pool_tokens == 0);
+  CHECK(rollout_engine_config(c, m).prompt_pool_tokens == 0);
   c.rl.prompt_pool_tokens = 333;
-  CHECK(job::rollout_engine(c, m).prompt_pool_tokens == 333);
+  CHECK(rollout_engine_config(c, m).prompt_pool_tokens == 333);
+}
+
+TEST_CASE("[rl]'s sampling and objective reach the requests and the trainer as configured") {
+  run_config c;
+  c.rl.temperature = 0.7;
+  c.rl.top_k = 5;
+  c.rl.top_p = 0.9;
+  c.rl.max_new_tokens = 17;
+  auto s = rollout_sampling(c, 42);
+  CHECK(s.temperature == doctest::Approx(0.7));
+  CHECK(s.top_k == 5);
+  CHECK(s.top_p == doctest::Approx(0.9));
+  CHECK(s.max_new_tokens == 17);
+  CHECK(s.stop_tokens == std::vector<int32_t>{42});
+  c.rl.lr = 3e-4;
+  c.rl.clip = 0.3;
+  c.rl.ppo_minibatches = 3;
+  c.rl.max_tokens_per_mb = 999;
+  c.rl.decoupled = false;
+  c.rl.kl_coef = 0.05;
+  auto t = rl_trainer_config(c);
+  CHECK(t.optimizer.lr == doctest::Approx(3e-4));
+  CHECK(t.ppo.clip_low == doctest::Approx(0.3));
+  CHECK(t.ppo.clip_high == doctest::Approx(0.3));
+  CHECK(t.ppo_minibatches == 3);
+  CHECK(t.max_tokens_per_mb == 999);
+  CHECK_FALSE(t.ppo.decoupled);
+  CHECK(t.kl_coef == doctest::Approx(0.05));
+  CHECK(t.temperature == doctest::Approx(0.7));
+  CHECK(t.data_parallel == 1);  // the job sets it from the node's cores
 }
 
 TEST_CASE("a rollout worker hands a checkpoint its work in flight, and a worker continues it from there") {

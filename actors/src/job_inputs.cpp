@@ -123,7 +123,7 @@ void check_generated(const run_config& c, int64_t context) {
 }  // namespace
 
 void check_inputs(const run_config& c, const model_parts& m, job_datasets& d) {
-  auto context = max_sequence(m);
+  auto context = max_sequence(m.config);
   auto new_tokens = c.rl.max_new_tokens;
   auto where = c.model.path.empty() ? "model.preset \"" + c.model.preset + "\"" : "model.path " + c.model.path;
   if (m.tokenizer->vocab_size() > m.config.vocab_size)

@@ -3,8 +3,8 @@
 
 #include <algorithm>
 #include <cctype>
-#include <fstream>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 
 #include "areal/actors/rollout.hpp"
@@ -130,7 +130,7 @@ std::unique_ptr<http_endpoint> start_endpoint(caf::actor_system& sys, const run_
   es.threads = e.threads;
   es.episode_timeout = std::chrono::milliseconds(static_cast<int64_t>(e.episode_timeout_s * 1000));
   es.default_max_tokens = c.rl.max_new_tokens;
-  es.max_seq_len = max_sequence(m);
+  es.max_seq_len = max_sequence(m.config);
   es.seed = stream_seed(c.run.seed, 8);
   es.rollouts = rollouts;
   es.controller = std::move(controller);
@@ -152,16 +152,6 @@ std::unique_ptr<http_endpoint> start_endpoint(caf::actor_system& sys, const run_
   }
 }
 
-int64_t max_sequence(const model_parts& m) {
-  return std::min<int64_t>(m.config.max_position_embeddings, 1024);
-}
-
-kernels::engine_config rollout_engine(const run_config& c, const model_parts& m) {
-  kernels::engine_config e{c.rl.rollout_slots, max_sequence(m), 512, kernels::parse_interruption(c.rl.interruption)};
-  e.prompt_pool_tokens = c.rl.prompt_pool_tokens;
-  return e;
-}
-
 std::vector<rollout_actor> spawn_rollout_workers(caf::actor_system& sys, const run_config& c, const model_parts& m,
                                                  std::shared_ptr<compute_share> share, std::shared_ptr<tracer> trace,
                                                  int64_t initial_version, const std::string& prefix) {
@@ -171,7 +161,7 @@ std::vector<rollout_actor> spawn_rollout_workers(caf::actor_system& sys, const r
     rs.name = prefix + std::to_string(i);
     rs.model = policy_copy(m);
     rs.tokenizer = m.tokenizer;
-    rs.engine = rollout_engine(c, m);
+    rs.engine = rollout_engine_config(c, m.config);
     rs.initial_version = initial_version;
     rs.share = share;
     rs.trace = trace;

@@ -21,6 +21,7 @@
 #include "areal/actors/interfaces.hpp"
 #include "areal/actors/rl_job.hpp"
 #include "areal/actors/run_checkpoint.hpp"
+#include "areal/actors/run_kernels.hpp"
 #include "areal/actors/weight_transport.hpp"
 #include "areal/kernels/chat_template.hpp"
 #include "areal/kernels/engine.hpp"
@@ -98,10 +99,6 @@ std::string endpoint_api_key(const run_config& c);
 std::unique_ptr<http_endpoint> start_endpoint(caf::actor_system& sys, const run_config& c, const node_spec& self,
                                               const model_parts& m, const std::vector<rollout_actor>& rollouts,
                                               controller_actor controller, sample_store_actor store);
-/// The longest sequence the engines and the evaluator take.
-int64_t max_sequence(const model_parts& m);
-/// The engine of a rollout worker: rl.rollout_slots, the model's longest sequence, rl.interruption.
-kernels::engine_config rollout_engine(const run_config& c, const model_parts& m);
 std::vector<rollout_actor> spawn_rollout_workers(caf::actor_system& sys, const run_config& c, const model_parts& m,
                                                  std::shared_ptr<compute_share> share, std::shared_ptr<tracer> trace,
                                                  int64_t initial_version, const std::string& prefix);

@@ -99,7 +99,7 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
   std::vector<kernels::sft_sample> transcripts;  // an agent run's demonstrations
   if (!resume && c.sft.steps > 0 && c.task.kind == "agent") {
     try {
-      transcripts = agent_demonstrations(c, *model_chat_template(c, m), max_sequence(m), options.run_dir);
+      transcripts = agent_demonstrations(c, *model_chat_template(c, m), max_sequence(m.config), options.run_dir);
     } catch (const std::exception& e) {  // job_error, kernels::template_error
       spdlog::error("{}", e.what());
       result.exit_code = 2;
@@ -191,11 +191,7 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
   cs.max_concurrent = rl.max_concurrent;
   cs.rollout_slots = rl.rollout_slots;
   cs.total_steps = rl.steps;
-  cs.sampling.temperature = static_cast<float>(rl.temperature);
-  cs.sampling.top_k = rl.top_k;
-  cs.sampling.top_p = static_cast<float>(rl.top_p);
-  cs.sampling.max_new_tokens = static_cast<uint32_t>(rl.max_new_tokens);
-  cs.sampling.stop_tokens = {m.eos};
+  cs.sampling = rollout_sampling(c, m.eos);
   cs.seed = stream_seed(c.run.seed, 7);
   cs.rollouts = rollouts;
   cs.reward = reward;

@@ -24,7 +24,7 @@ eval_options make_eval_options(const run_config& c, const model_parts& m) {
   eval_options eo;
   eo.max_new_tokens = c.rl.max_new_tokens;
   eo.stop_tokens = {m.eos};
-  eo.max_seq_len = max_sequence(m);
+  eo.max_seq_len = max_sequence(m.config);
   eo.scoring = make_reward_pool_config(c.reward).scoring;
   return eo;
 }
@@ -66,17 +66,7 @@ trainer_side spawn_trainer_side(caf::actor_system& sys, const run_config& c, con
   }
   trainer_setup ts;
   ts.model = m.policy;
-  ts.config.optimizer.lr = rl.lr;
-  ts.config.optimizer.warmup_steps = rl.warmup_steps;
-  ts.config.optimizer.total_steps = rl.steps;
-  ts.config.ppo.clip_low = rl.clip;
-  ts.config.ppo.clip_high = rl.clip;
-  ts.config.ppo.behaviour_cap = rl.behaviour_cap;
-  ts.config.ppo.cap_clamps = rl.behaviour_clamp;
-  ts.config.ppo.dual_clip = rl.dual_clip;
-  ts.config.ppo.decoupled = rl.decoupled;
-  ts.config.kl_coef = rl.kl_coef;
-  ts.config.kl = kernels::parse_kl_estimator(rl.kl_estimator);
+  ts.config = rl_trainer_config(c);
   if (rl.kl_coef > 0)
     ts.reference = reference_policy(s.run_dir, !s.resume_from.empty(), m);
   ts.shaping.bias = rl.reward_bias;
@@ -85,10 +75,6 @@ trainer_side spawn_trainer_side(caf::actor_system& sys, const run_config& c, con
   ts.shaping.overlong_max_length = rl.max_new_tokens;
   ts.shaping.overlong_buffer = rl.overlong_buffer;
   ts.shaping.overlong_factor = rl.overlong_factor;
-  ts.config.ppo_minibatches = rl.ppo_minibatches;
-  ts.config.max_tokens_per_mb = rl.max_tokens_per_mb;
-  ts.config.temperature = rl.temperature;
-  ts.config.seed = stream_seed(c.run.seed, 6);
   ts.estimator = kernels::parse_estimator(rl.estimator);
   ts.initial_version = s.initial_version;
   ts.resume_from = s.resume_from;
