@@ -69,13 +69,13 @@ std::optional<at::Tensor> decode_graphs::run(kv_cache& cache, const std::vector<
     // A padding row decodes token 0 in its slot at the slot's length: a position
     // the slot's sequence (if any) writes before it reads.
     auto position = i < n ? positions[at] : cache.length[at];
-    if (position >= cache.max_len())
+    if (position >= cache.rows())
       return std::nullopt;
     packed[at] = i < n ? tokens[at] : 0;
     packed[static_cast<size_t>(batch + i)] = position;
     needed = std::max(needed, position + 1);
   }
-  auto keys = graph_key_bucket(needed, cache.max_len());
+  auto keys = graph_key_bucket(needed, cache.rows());
 
   auto& s = *state_;
   const void* storage = cache.keys.empty() ? nullptr : cache.keys[0].data_ptr();

@@ -1,14 +1,19 @@
 #include "areal/kernels/kv_cache.hpp"
 #include "decode_graphs.hpp"
 
+#include <algorithm>
+
 namespace areal::kernels {
 
 kv_cache::kv_cache(const model_config& config, int64_t slots, int64_t max_len, at::TensorOptions options,
-                   int64_t pool_tokens) {
+                   int64_t pool_tokens)
+    : max_len_(max_len) {
   auto kv = config.num_key_value_heads, d = config.head_dim();
+  auto rows = options.device().is_cpu() ? std::min(max_len, initial_cpu_rows) : max_len;
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
-    keys.push_back(at::zeros({slots, kv, max_len, d}, options));
-    values.push_back(at::zeros({slots, kv, max_len, d}, options));
+    // Zeros, not garbage: the ATen decode path reads every slot up to the longest position (masked).
+    keys.push_back(at::zeros({slots, kv, rows, d}, options));
+    values.push_back(at::zeros({slots, kv, rows, d}, options));
     if (pool_tokens > 0) {
       pool_keys.push_back(at::zeros({kv, pool_tokens, d}, options));
       pool_values.push_back(at::zeros({kv, pool_tokens, d}, options));
@@ -19,6 +24,23 @@ kv_cache::kv_cache(const model_config& config, int64_t slots, int64_t max_len, a
   length.assign(static_cast<size_t>(slots), 0);
   shared.assign(static_cast<size_t>(slots), 0);
   shared_at.assign(static_cast<size_t>(slots), 0);
+}
+
+void kv_cache::reserve(int64_t needed) {
+  auto now = rows();
+  if (needed <= now || keys.empty())
+    return;
+  auto grown = std::min(max_len_, std::max(needed, 2 * now));
+  auto grow = [&](at::Tensor& t) {
+    auto bigger = at::empty({t.size(0), t.size(1), grown, t.size(3)}, t.options());
+    bigger.narrow(2, 0, now).copy_(t);
+    bigger.narrow(2, now, grown - now).zero_();
+    t = std::move(bigger);
+  };
+  for (size_t l = 0; l < keys.size(); ++l) {
+    grow(keys[l]);
+    grow(values[l]);
+  }
 }
 
 void kv_cache::move_slot(int64_t from, int64_t to) {

@@ -45,9 +45,9 @@ at::Tensor policy_model::decode_steady(kv_cache& cache, const at::Tensor& tokens
   auto heads = config_.num_attention_heads, group = heads / kv_heads;
   double scale = 1.0 / std::sqrt(static_cast<double>(d));
   auto long_opts = positions.options();
-  // Row of each (slot, kv head)'s new key in a cache tensor viewed as [slots * kv_heads * max_len, head_dim].
+  // Row of each (slot, kv head)'s new key in a cache tensor viewed as [slots * kv_heads * rows, head_dim].
   auto slot_heads = at::arange(batch * kv_heads, long_opts);  // slot * kv_heads + head
-  auto cache_rows = slot_heads * cache.max_len() + positions.unsqueeze(1).expand({batch, kv_heads}).reshape({-1});
+  auto cache_rows = slot_heads * cache.rows() + positions.unsqueeze(1).expand({batch, kv_heads}).reshape({-1});
   auto angles = rotary_for(positions);
   auto x = embed_.index_select(0, tokens);
 
@@ -100,11 +100,12 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
   std::vector<int64_t> slot_of, pos_of, decode_rows, decode_slots, decode_lengths, decode_shared, decode_shared_at;
   std::vector<size_t> prefill_segments;
   std::vector<int64_t> segment_start, fill_start;
-  int64_t row = 0, decode_range = 0, decode_len = 0;
+  int64_t row = 0, decode_range = 0, decode_len = 0, longest = 0;
   for (size_t i = 0; i < input.slots.size(); ++i) {
     auto slot = input.slots[i], count = input.counts[i], past = cache.length[static_cast<size_t>(slot)];
     if (past + count > cache.max_len() || past + count > config_.max_position_embeddings)
       throw std::invalid_argument("slot " + std::to_string(slot) + " would exceed the cache length");
+    longest = std::max(longest, past + count);
     segment_start.push_back(row);
     for (int64_t t = 0; t < count; ++t) {
       slot_of.push_back(slot);
@@ -124,6 +125,7 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
     row += count;
   }
   auto slot_tokens = row;
+  cache.reserve(longest);
   std::vector<int64_t> pool_pos;  // pool row of each fill token
   for (auto& f : input.fills) {
     if (f.at < 0 || f.past < 0 || f.count <= 0 || f.at + f.past + f.count > cache.pool_tokens() ||
@@ -167,13 +169,13 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
 
   auto tokens = at::tensor(input.tokens, long_opts).to(device);
   auto positions = at::tensor(pos_of, long_opts).to(device);
-  // Row of each (token, kv head) in a cache tensor viewed as [slots * kv_heads * max_len, head_dim],
+  // Row of each (token, kv head) in a cache tensor viewed as [slots * kv_heads * rows, head_dim],
   // and of each fill token in a pool tensor viewed as [kv_heads * pool_tokens, head_dim]: on the host
   // for the CPU loops' writes, on the device (made at the first use) for index_copy_.
   std::vector<int64_t> host_cache_rows, host_pool_rows;
   for (int64_t t = 0; t < slot_tokens; ++t)
     for (int64_t h = 0; h < kv_heads; ++h)
-      host_cache_rows.push_back((slot_of[static_cast<size_t>(t)] * kv_heads + h) * cache.max_len() +
+      host_cache_rows.push_back((slot_of[static_cast<size_t>(t)] * kv_heads + h) * cache.rows() +
                                 pos_of[static_cast<size_t>(t)]);
   for (auto p : pool_pos)
     for (int64_t h = 0; h < kv_heads; ++h)
@@ -275,7 +277,7 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
       a.kv_heads = kv_heads;
       a.group = group;
       a.head_dim = d;
-      a.max_len = cache.max_len();
+      a.max_len = cache.rows();  // the stride of a slot's rows
       a.pool_len = cache.pool_tokens();
       a.scale = static_cast<float>(scale);
       cpu::decode_attention(a);
