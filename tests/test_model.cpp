@@ -112,6 +112,61 @@ TEST_CASE("KV-cached decoding equals the full forward at every position") {
   }
 }
 
+TEST_CASE("a CPU cache grows as its sequences do and decodes what a full forward computes") {
+  auto config = small_config("qwen2", false, 4, 2);
+  config.max_position_embeddings = 1024;
+  policy_model model(config);
+  model.init_random(11, 0.1);
+  // Two slots of unequal lengths, both past the initial room: the slots grow while holding rows.
+  int64_t long_len = kv_cache::initial_cpu_rows * 2 + 37, short_len = kv_cache::initial_cpu_rows + 5;
+  std::vector<std::vector<int64_t>> seqs = {random_tokens(long_len, 40, 4), random_tokens(short_len, 40, 5)};
+  std::vector<int64_t> flat_tokens, cu{0};
+  for (auto& s : seqs) {
+    flat_tokens.insert(flat_tokens.end(), s.begin(), s.end());
+    cu.push_back(cu.back() + static_cast<int64_t>(s.size()));
+  }
+  auto full = model.logits(model.forward(at::tensor(flat_tokens), cu));
+  for (bool fused_on : {true, false}) {  // the CPU loops, and the ATen path that reads every slot up to the longest
+    INFO("fused " << fused_on);
+    fused::set_enabled(fused_on);
+    kv_cache cache(config, 2, 1024, model.options());
+    CHECK(cache.rows() == kv_cache::initial_cpu_rows);
+    // A prefill of 20 tokens each, then one token per slot per step.
+    std::vector<std::vector<at::Tensor>> cached(2);
+    std::vector<size_t> fed(2, 0);
+    while (fed[0] < seqs[0].size() || fed[1] < seqs[1].size()) {
+      step_input in;
+      std::vector<std::pair<size_t, int64_t>> parts;
+      for (size_t s = 0; s < 2; ++s) {
+        if (fed[s] == seqs[s].size())
+          continue;
+        int64_t count = fed[s] == 0 ? 20 : 1;
+        for (int64_t i = 0; i < count; ++i)
+          in.tokens.push_back(seqs[s][fed[s] + static_cast<size_t>(i)]);
+        in.slots.push_back(static_cast<int64_t>(s));
+        in.counts.push_back(count);
+        parts.emplace_back(s, count);
+        fed[s] += static_cast<size_t>(count);
+      }
+      auto logits = model.logits(model.forward_cached(cache, in));
+      int64_t row = 0;
+      for (auto [s, count] : parts) {
+        for (int64_t i = 0; i < count; ++i)
+          cached[s].push_back(logits[row + i]);
+        row += count;
+      }
+    }
+    CHECK(cache.rows() >= long_len);
+    CHECK(cache.rows() < cache.max_len());
+    double worst = 0;
+    for (size_t s = 0; s < 2; ++s)
+      worst =
+          std::max(worst, (at::stack(cached[s]) - full.narrow(0, cu[s], cu[s + 1] - cu[s])).abs().max().item<double>());
+    CHECK(worst <= 1e-4);
+  }
+  fused::set_enabled(true);
+}
+
 TEST_CASE("a sharded Hugging Face checkpoint round-trips bit-exactly and gives the same logits") {
   scratch dir{"ckpt"};
   auto config = small_config("qwen2", false, 4, 2);
