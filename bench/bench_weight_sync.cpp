@@ -6,7 +6,13 @@
 // against the raw loopback TCP ceiling measured in the same run (plain sockets,
 // one sending thread per receiver, no checksums). A transfer is timed from
 // `publish` to the last subscriber's verified report, so it includes chunk
-// checksums on both sides. Bytes/s count every receiver's bytes.
+// checksums on both sides. Bytes/s count every receiver's bytes. Memory comes
+// from the allocator the job runs with (kernels::tune_allocator): a version's
+// buffer reuses a freed block, as the trainer's snapshots and the subscribers'
+// buffers do. With glibc's defaults every 64 MiB version was a fresh mapping,
+// and on the development VM the first send from fresh pages cost ~0.1 s per
+// 64 MiB in the kernel's copy (every transport 0.13-0.23 of the ceiling, Gloo
+// and a plain TCP link alike; 0.65 from reused blocks).
 //   bench_weight_sync [--quick] [--json FILE]
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -31,6 +37,7 @@
 #include "areal/actors/weight_transport.hpp"
 #include "bench_common.hpp"
 
+#include "areal/kernels/allocator.hpp"
 #include "areal/kernels/compute_threads.hpp"
 
 using namespace areal;
@@ -203,6 +210,7 @@ double median(std::vector<double> xs) {
 int main(int argc, char** argv) {
   auto options = bench::parse_options(argc, argv, "bench_weight_sync");
   areal::kernels::set_compute_threads(1);
+  auto allocator = areal::kernels::tune_allocator();  // as areal's main: the job's buffers
   std::vector<size_t> sizes_mib = options.quick ? std::vector<size_t>{64} : std::vector<size_t>{64, 512};
   int repetitions = options.quick ? 2 : 3;
   std::printf(
@@ -210,7 +218,7 @@ int main(int argc, char** argv) {
       "warm-up (median shown)\n",
       std::thread::hardware_concurrency(), static_cast<unsigned long long>(weight_publisher_setup{}.chunk_bytes / 1024),
       repetitions);
-  std::printf("machine: %s\n", kernels::describe(kernels::probe_blas()).c_str());
+  std::printf("machine: %s\nallocator: %s\n", kernels::describe(kernels::probe_blas()).c_str(), allocator.c_str());
   std::printf("%-10s %9s %9s %12s %12s %10s\n", "path", "size_MiB", "receivers", "seconds", "GB/s", "vs_raw_tcp");
   nlohmann::json rows = nlohmann::json::array();
   for (auto mib : sizes_mib) {
