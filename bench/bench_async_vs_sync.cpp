@@ -3,11 +3,14 @@
 //   1. Alone, at each thread count: generation capacity G (response tokens/s
 //      of one engine with a full continuous batch) and training capacity T
 //      (trained tokens/s of trainer::ppo_update, one data-parallel replica per
-//      thread, as the job's trainer runs). The bound: the best mix in time of
-//      the configurations the job runs (generation alone, training alone, or
-//      both on k and threads - k cores) that trains no more than it generates;
-//      printed with the mix it comes from. And the synchronous ideal: both
-//      phases alternating on all threads, 1/(1/G + 1/T).
+//      thread, as the job's trainer runs); then both phases at once, measured
+//      at once, as the job runs them together (on shared cores: the engine on
+//      threads / 2, the trainer on all; on a static split: k and threads - k).
+//      The bound: the best mix in time of these configurations that trains no
+//      more than it generates, printed with the mix it comes from (and, for
+//      comparison, what it would be were phases on split cores as fast as
+//      alone). And the synchronous ideal: both phases alternating on all
+//      threads, 1/(1/G + 1/T).
 //   2. The real job (controller, rollout, reward pool, trainer actors) in
 //      synchronous mode and asynchronous mode (eta = 1, 2, 4, 8, cores shared),
 //      plus the alternatives: a static core split at eta = 2 and plain PPO
@@ -29,6 +32,7 @@
 #include <iostream>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include <caf/all.hpp>
 #include <nlohmann/json.hpp>
@@ -61,69 +65,153 @@ struct capacity {
   double training = 0;    // trained tokens/s, PPO update including the proximal pass
 };
 
-// G and T at `threads` intra-op threads, on the warm-started model, with the
-// job's engine (slots, prompt pool, interruption), sampling, groups and trainer
-// (run_kernels.hpp).
-capacity measure_capacity(const fs::path& model_dir, const workload& w, int threads, bool quick) {
-  kernels::set_compute_threads(threads);
-  auto c = bench::make_config(w, threads, {});
-  auto tok = kernels::tokenizer::load((model_dir / "tokenizer.json").string());
-  auto eos = *tok.token_id("<eos>");
-  auto model = kernels::policy_model::load(model_dir.string());
-  tasks::running_sum_options o;
-  o.seed = 77;
-  o.max_value = static_cast<int>(w.max_value);
-  o.median_terms = w.median_terms;
-  o.max_terms = static_cast<int>(w.max_terms);
-  auto source = tasks::running_sum_generator(o);
-  kernels::generation_engine engine(model, rollout_engine_config(c, model.config()));
-  // Groups of group_size samples of one prompt, as the controller sends them.
-  int64_t requests = (quick ? 2 : 4) * c.rl.rollout_slots, group = c.rl.group_size;
+// The job's engine (slots, prompt pool, interruption) and sampling on the
+// warm-started model (run_kernels.hpp), fed as the controller feeds it: groups
+// of group_size samples of one prompt.
+struct generation_side {
+  run_config c;
+  kernels::tokenizer tok;
+  int32_t eos;
+  kernels::policy_model model;
+  kernels::generation_engine engine;
+  std::unique_ptr<tasks::task_source> source;
   std::vector<int32_t> prompt;
-  for (int64_t i = 0; i < requests; ++i) {
-    if (i % group == 0)
-      prompt = tok.encode(source->next()->prompt);
-    kernels::generation_job job;
-    job.id = static_cast<uint64_t>(i);
-    job.prompt = prompt;
-    job.sampling = rollout_sampling(c, eos);
-    job.seed = static_cast<uint64_t>(i);
-    engine.submit(std::move(job));
+  uint64_t next = 0;
+
+  generation_side(const fs::path& model_dir, const workload& w, int threads)
+      : c(bench::make_config(w, threads, {})),
+        tok(kernels::tokenizer::load((model_dir / "tokenizer.json").string())),
+        eos(*tok.token_id("<eos>")),
+        model(kernels::policy_model::load(model_dir.string())),
+        engine(model, rollout_engine_config(c, model.config())) {
+    tasks::running_sum_options o;
+    o.seed = 77;
+    o.max_value = static_cast<int>(w.max_value);
+    o.median_terms = w.median_terms;
+    o.max_terms = static_cast<int>(w.max_terms);
+    source = tasks::running_sum_generator(o);
   }
-  // Generation: only while the batch is full (requests still queued).
-  std::vector<kernels::generation_output> outputs;
+  // Submits requests until `queued` wait beyond the running batch.
+  void fill(int64_t queued) {
+    while (engine.queued() < queued) {
+      if (next % static_cast<uint64_t>(c.rl.group_size) == 0)
+        prompt = tok.encode(source->next()->prompt);
+      kernels::generation_job job;
+      job.id = next;
+      job.prompt = prompt;
+      job.sampling = rollout_sampling(c, eos);
+      job.seed = next++;
+      engine.submit(std::move(job));
+    }
+  }
+};
+
+// The trainer the job runs on `replicas` cores (one data-parallel replica per
+// thread), with a representative batch of the engine's trajectories (outputs
+// in random order: the first to finish are the shortest).
+struct training_side {
+  kernels::policy_model model;
+  kernels::trainer trainer;
+  std::vector<kernels::rl_sample> batch;
+
+  training_side(const fs::path& model_dir, const run_config& c, int replicas,
+                std::vector<kernels::generation_output> outputs, int64_t batch_size)
+      : model(kernels::policy_model::load(model_dir.string())), trainer(model, trainer_config(c, replicas)) {
+    std::mt19937 rng{3};
+    std::shuffle(outputs.begin(), outputs.end(), rng);
+    for (auto& out : outputs) {
+      if (out.tokens.empty())
+        continue;
+      batch.push_back(bench::training_sample(out, rng));
+      if (static_cast<int64_t>(batch.size()) == batch_size)
+        break;
+    }
+  }
+  static kernels::trainer_config trainer_config(const run_config& c, int replicas) {
+    auto tc = rl_trainer_config(c);
+    tc.data_parallel = replicas;
+    return tc;
+  }
+  // Trained tokens of one PPO update.
+  int64_t update() { return trainer.ppo_update(batch).tokens; }
+};
+
+// G and T alone at `threads` intra-op threads; `outputs` gets the trajectories
+// the generation produced (for the training batches).
+capacity measure_capacity(const fs::path& model_dir, const workload& w, int threads, bool quick,
+                          std::vector<kernels::generation_output>& outputs) {
+  kernels::set_compute_threads(threads);
+  generation_side gen(model_dir, w, threads);
+  gen.fill((quick ? 2 : 4) * gen.c.rl.rollout_slots);
+  // Generation: only while the batch is full (requests still queued), after
+  // the first step (the batch's prefill and the weights' packing, once).
+  outputs.clear();
+  for (auto& out : gen.engine.step())
+    outputs.push_back(std::move(out));
   auto start = clock_type::now();
-  auto tokens_before = engine.counters().decode_tokens;
-  while (engine.queued() > 0)
-    for (auto& out : engine.step())
+  auto tokens_before = gen.engine.counters().decode_tokens;
+  while (gen.engine.queued() > 0)
+    for (auto& out : gen.engine.step())
       outputs.push_back(std::move(out));
   capacity cap;
-  cap.generation = static_cast<double>(engine.counters().decode_tokens - tokens_before) / seconds_since(start);
-  for (auto& out : engine.run_to_completion())
+  cap.generation = static_cast<double>(gen.engine.counters().decode_tokens - tokens_before) / seconds_since(start);
+  for (auto& out : gen.engine.run_to_completion())
     outputs.push_back(std::move(out));
 
-  // Training: PPO updates on batches of these trajectories.
-  auto tc = rl_trainer_config(c);
-  tc.data_parallel = threads;  // as the job's trainer uses k cores: one replica per thread
-  kernels::trainer trainer(model, tc);
-  // A representative batch: outputs in random order (the first to finish are the shortest).
-  std::mt19937 rng{3};
-  std::shuffle(outputs.begin(), outputs.end(), rng);
-  std::vector<kernels::rl_sample> batch;
-  for (auto& out : outputs) {
-    if (out.tokens.empty())
-      continue;
-    batch.push_back(bench::training_sample(out, rng));
-    if (static_cast<int64_t>(batch.size()) == w.batch_size)
-      break;
-  }
-  trainer.ppo_update(batch);  // warm-up
+  training_side train(model_dir, gen.c, threads, outputs, w.batch_size);
+  train.update();  // warm-up
   int updates = quick ? 1 : 3;
   int64_t tokens = 0;
   start = clock_type::now();
   for (int i = 0; i < updates; ++i)
-    tokens += trainer.ppo_update(batch).tokens;
+    tokens += train.update();
   cap.training = static_cast<double>(tokens) / seconds_since(start);
+  return cap;
+}
+
+// G and T measured at once, as the job runs both phases together: generation
+// on a thread of its own with `generation_threads` intra-op threads (its batch
+// kept full), training with `replicas` replicas, over the same updates.
+capacity measure_together(const fs::path& model_dir, const workload& w, int generation_threads, int replicas,
+                          bool quick, const std::vector<kernels::generation_output>& outputs) {
+  generation_side gen(model_dir, w, generation_threads);
+  training_side train(model_dir, gen.c, replicas, outputs, w.batch_size);
+  // The trainer's thread on `replicas` threads, as the job's trainer actor sets
+  // it (one replica runs its products on the calling thread's threads).
+  kernels::set_compute_threads(replicas);
+  train.update();  // warm-up, alone
+  std::atomic<bool> stop{false}, started{false};
+  int64_t generated = 0;
+  double generation_seconds = 0;
+  std::thread generating([&] {
+    kernels::set_compute_threads(generation_threads);
+    gen.fill(gen.c.rl.rollout_slots);
+    gen.engine.step();  // the batch's prefill and the weights' packing, before the clock (as alone)
+    started = true;
+    auto begin = clock_type::now();
+    auto before = gen.engine.counters().decode_tokens;
+    while (!stop) {
+      gen.fill(gen.c.rl.rollout_slots);  // a full batch all along
+      gen.engine.step();
+    }
+    generated = gen.engine.counters().decode_tokens - before;
+    generation_seconds = seconds_since(begin);
+    kernels::release_compute_threads();
+  });
+  while (!started)
+    std::this_thread::yield();
+  // The trainer's own thread on `replicas` threads, as the job's trainer actor
+  // sets it (one replica runs its products on the calling thread's threads).
+  int updates = quick ? 1 : 3;
+  int64_t tokens = 0;
+  auto start = clock_type::now();
+  for (int i = 0; i < updates; ++i)
+    tokens += train.update();
+  capacity cap;
+  cap.training = static_cast<double>(tokens) / seconds_since(start);
+  stop = true;
+  generating.join();
+  cap.generation = static_cast<double>(generated) / generation_seconds;
   return cap;
 }
 
@@ -191,53 +279,80 @@ int main(int argc, char** argv) {
     std::cout << "warm start: " << w.sft_steps << " SFT steps in " << std::setprecision(3) << warm.sft_seconds
               << " s\n";
 
-    // 1. Capacities alone.
+    // 1. Capacities: each phase alone at each thread count, then both at once
+    // as the job runs them together (below).
     std::vector<capacity> caps(static_cast<size_t>(threads + 1));
+    std::vector<kernels::generation_output> outputs;
     for (int k = 1; k <= threads; ++k) {
-      caps[static_cast<size_t>(k)] = measure_capacity(model_dir, w, k, opts.quick);
+      caps[static_cast<size_t>(k)] = measure_capacity(model_dir, w, k, opts.quick, outputs);
       std::cout << "capacity at " << k << " thread(s): generation G = " << caps[static_cast<size_t>(k)].generation
                 << " tokens/s, training T = " << caps[static_cast<size_t>(k)].training << " tokens/s" << std::endl;
     }
     // The bound, over the configurations the job runs on `threads` cores (one
     // rollout engine; the trainer's replicas, one per thread): generation alone
-    // on every thread, training alone on every thread, or both at once on k and
-    // threads - k. A mix of them in time trains at most as many tokens as it
-    // generates; the best mix uses at most two of them. Measured alone each, so
-    // it assumes phases on disjoint cores do not slow each other.
+    // on every thread, training alone on every thread, and both at once, as
+    // the cores are shared (compute_share.hpp: the trainer keeps every thread,
+    // the engine takes threads / 2) and as a static split gives them (k and
+    // threads - k). A mix of them in time trains at most as many tokens as it
+    // generates; the best mix uses at most two of them. The phases at once are
+    // measured at once: on shared cores they slow each other.
     struct configuration {
       std::string name;
       double generation, training;
     };
-    std::vector<configuration> configurations = {
+    std::vector<configuration> alone = {
         {"generation alone on " + std::to_string(threads), caps[static_cast<size_t>(threads)].generation, 0},
         {"training alone on " + std::to_string(threads), 0, caps[static_cast<size_t>(threads)].training}};
-    for (int k = 1; k < threads; ++k)
-      configurations.push_back(
-          {"generation on " + std::to_string(k) + " and training on " + std::to_string(threads - k),
-           caps[static_cast<size_t>(k)].generation, caps[static_cast<size_t>(threads - k)].training});
-    double bound = 0;
-    std::string bound_how;
-    for (auto& a : configurations)
-      if (a.generation >= a.training && a.training > bound) {
-        bound = a.training;
-        bound_how = a.name + " all the time";
-      }
-    for (auto& a : configurations)
-      for (auto& b : configurations)
-        if (a.generation > a.training && b.training > b.generation) {
-          // Time x in a, 1 - x in b, with generated = trained tokens.
-          double x = (b.training - b.generation) / ((a.generation - a.training) + (b.training - b.generation));
-          double rate = x * a.training + (1 - x) * b.training;
-          if (rate > bound) {
-            bound = rate;
-            std::ostringstream how;
-            how << std::setprecision(2) << x << " of the time " << a.name << ", " << 1 - x << " " << b.name;
-            bound_how = how.str();
-          }
+    auto configurations = alone, assumed = alone;
+    if (threads > 1) {
+      int shared_generation = std::max(1, threads / 2);
+      auto both = measure_together(model_dir, w, shared_generation, threads, opts.quick, outputs);
+      configurations.push_back({"generation on " + std::to_string(shared_generation) + " and training on " +
+                                    std::to_string(threads) + " at once (shared cores)",
+                                both.generation, both.training});
+      std::cout << "measured at once on shared cores (generation " << shared_generation << " thread(s), training "
+                << threads << " replicas): G = " << both.generation << " tokens/s, T = " << both.training << " tokens/s"
+                << std::endl;
+    }
+    for (int k = 1; k < threads; ++k) {
+      auto both = measure_together(model_dir, w, k, threads - k, opts.quick, outputs);
+      auto name = "generation on " + std::to_string(k) + " and training on " + std::to_string(threads - k);
+      configurations.push_back({name + " at once", both.generation, both.training});
+      assumed.push_back(
+          {name, caps[static_cast<size_t>(k)].generation, caps[static_cast<size_t>(threads - k)].training});
+      std::cout << "measured at once on split cores (generation " << k << ", training " << threads - k
+                << "): G = " << both.generation << " tokens/s, T = " << both.training << " tokens/s" << std::endl;
+    }
+    auto best_mix = [](const std::vector<configuration>& configs, std::string& how) {
+      double bound = 0;
+      for (auto& a : configs)
+        if (a.generation >= a.training && a.training > bound) {
+          bound = a.training;
+          how = a.name + " all the time";
         }
-    std::cout << "bound over the configurations the job runs (one engine, one trainer replica per thread; each "
-                 "measured alone): "
+      for (auto& a : configs)
+        for (auto& b : configs)
+          if (a.generation > a.training && b.training > b.generation) {
+            // Time x in a, 1 - x in b, with generated = trained tokens.
+            double x = (b.training - b.generation) / ((a.generation - a.training) + (b.training - b.generation));
+            double rate = x * a.training + (1 - x) * b.training;
+            if (rate > bound) {
+              bound = rate;
+              std::ostringstream mix;
+              mix << std::setprecision(2) << x << " of the time " << a.name << ", " << 1 - x << " " << b.name;
+              how = mix.str();
+            }
+          }
+      return bound;
+    };
+    std::string bound_how, assumed_how;
+    double bound = best_mix(configurations, bound_how);
+    double assumed_bound = best_mix(assumed, assumed_how);
+    std::cout << "bound over the configurations the job runs (one engine, one trainer replica per thread; phases "
+                 "together measured together): "
               << bound << " trained tokens/s, from " << bound_how << "\n";
+    std::cout << "(were phases on split cores as fast as alone: " << assumed_bound << " tokens/s, from " << assumed_how
+              << ")\n";
     auto& all = caps[static_cast<size_t>(threads)];
     double alternating = 1.0 / (1.0 / all.generation + 1.0 / all.training);
     std::cout << "alternating phases at all " << threads << " threads, 1/(1/G + 1/T) = " << alternating
@@ -312,10 +427,17 @@ int main(int argc, char** argv) {
       capacities.push_back({{"threads", k},
                             {"generation_tokens_per_s", caps[static_cast<size_t>(k)].generation},
                             {"training_tokens_per_s", caps[static_cast<size_t>(k)].training}});
+    nlohmann::json measured = nlohmann::json::array();
+    for (auto& config : configurations)
+      measured.push_back({{"configuration", config.name},
+                          {"generation_tokens_per_s", config.generation},
+                          {"training_tokens_per_s", config.training}});
     report["workloads"].push_back({{"name", w.name},
                                    {"capacities", capacities},
+                                   {"configurations", measured},
                                    {"bound", bound},
                                    {"bound_from", bound_how},
+                                   {"bound_if_phases_did_not_interfere", assumed_bound},
                                    {"alternating_bound", alternating},
                                    {"runs", runs}});
   }
