@@ -30,6 +30,28 @@ std::pair<int64_t, int64_t> part_of(int64_t n, size_t k, size_t parts) {
   return {static_cast<int64_t>(count * k / parts), static_cast<int64_t>(count * (k + 1) / parts)};
 }
 
+int64_t count_trained(const std::vector<int32_t>& response, const std::vector<uint8_t>& loss_mask) {
+  if (loss_mask.empty())
+    return static_cast<int64_t>(response.size());
+  return std::count_if(loss_mask.begin(), loss_mask.end(), [](uint8_t m) { return m != 0; });
+}
+
+/// The loss mask of a micro-batch's response tokens, in the order micro_batch_logprobs
+/// returns them: a sample without a mask trains every token.
+template <typename Sample>
+at::Tensor micro_batch_loss_mask(const std::vector<Sample>& batch, const std::vector<size_t>& mb,
+                                 const at::Device& device) {
+  std::vector<float> keep;
+  for (auto i : mb) {
+    auto& m = batch[i].loss_mask;
+    if (m.empty())
+      keep.insert(keep.end(), batch[i].response.size(), 1.0f);
+    else
+      keep.insert(keep.end(), m.begin(), m.end());
+  }
+  return at::tensor(keep).to(device);
+}
+
 }  // namespace
 
 trainer::trainer(policy_model& model, trainer_config config)
@@ -254,32 +276,6 @@ bool trainer::apply_gradients(step_stats& stats) {
   stats.optimizer_steps++;
   return true;
 }
-
-namespace {
-
-int64_t count_trained(const std::vector<int32_t>& response, const std::vector<uint8_t>& loss_mask) {
-  if (loss_mask.empty())
-    return static_cast<int64_t>(response.size());
-  return std::count_if(loss_mask.begin(), loss_mask.end(), [](uint8_t m) { return m != 0; });
-}
-
-/// The loss mask of a micro-batch's response tokens, in the order micro_batch_logprobs
-/// returns them: a sample without a mask trains every token.
-template <typename Sample>
-at::Tensor micro_batch_loss_mask(const std::vector<Sample>& batch, const std::vector<size_t>& mb,
-                                 const at::Device& device) {
-  std::vector<float> keep;
-  for (auto i : mb) {
-    auto& m = batch[i].loss_mask;
-    if (m.empty())
-      keep.insert(keep.end(), batch[i].response.size(), 1.0f);
-    else
-      keep.insert(keep.end(), m.begin(), m.end());
-  }
-  return at::tensor(keep).to(device);
-}
-
-}  // namespace
 
 int64_t rl_sample::trained_tokens() const {
   return count_trained(response, loss_mask);
