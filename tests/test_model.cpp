@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 
 #include "areal/kernels/device.hpp"
@@ -56,6 +57,61 @@ struct scratch {
   ~scratch() { fs::remove_all(path); }
 };
 
+// The logits of one full forward over `seqs` packed together; `cu` gets where each starts.
+at::Tensor full_logits(policy_model& model, const std::vector<std::vector<int64_t>>& seqs, std::vector<int64_t>& cu) {
+  std::vector<int64_t> flat_tokens;
+  cu = {0};
+  for (auto& s : seqs) {
+    flat_tokens.insert(flat_tokens.end(), s.begin(), s.end());
+    cu.push_back(cu.back() + static_cast<int64_t>(s.size()));
+  }
+  return model.logits(model.forward(at::tensor(flat_tokens), cu));
+}
+
+// Feeds `seqs` through `cache` in shared steps (sequence s into slot slot_of(s),
+// next_count(s, fed) tokens a step, fewer at its end) and returns the largest
+// difference of the cached steps' logits from `full` (full_logits, starts `cu`).
+double cached_decode_error(policy_model& model, kv_cache& cache, const std::vector<std::vector<int64_t>>& seqs,
+                           const at::Tensor& full, const std::vector<int64_t>& cu,
+                           const std::function<int64_t(size_t)>& slot_of,
+                           const std::function<int64_t(size_t, size_t)>& next_count) {
+  std::vector<size_t> fed(seqs.size(), 0);
+  std::vector<std::vector<at::Tensor>> cached(seqs.size());
+  auto unfinished = [&] {
+    for (size_t s = 0; s < seqs.size(); ++s)
+      if (fed[s] < seqs[s].size())
+        return true;
+    return false;
+  };
+  while (unfinished()) {
+    step_input in;
+    std::vector<std::pair<size_t, int64_t>> parts;
+    for (size_t s = 0; s < seqs.size(); ++s) {
+      if (fed[s] == seqs[s].size())
+        continue;
+      auto count = std::min<int64_t>(next_count(s, fed[s]), static_cast<int64_t>(seqs[s].size() - fed[s]));
+      for (int64_t i = 0; i < count; ++i)
+        in.tokens.push_back(seqs[s][fed[s] + static_cast<size_t>(i)]);
+      in.slots.push_back(slot_of(s));
+      in.counts.push_back(count);
+      parts.emplace_back(s, count);
+      fed[s] += static_cast<size_t>(count);
+    }
+    auto logits = model.logits(model.forward_cached(cache, in));
+    int64_t row = 0;
+    for (auto [s, count] : parts) {
+      for (int64_t i = 0; i < count; ++i)
+        cached[s].push_back(logits[row + i]);
+      row += count;
+    }
+  }
+  double worst = 0;
+  for (size_t s = 0; s < seqs.size(); ++s)
+    worst =
+        std::max(worst, (at::stack(cached[s]) - full.narrow(0, cu[s], cu[s + 1] - cu[s])).abs().max().item<double>());
+  return worst;
+}
+
 }  // namespace
 
 TEST_CASE("KV-cached decoding equals the full forward at every position") {
@@ -69,45 +125,15 @@ TEST_CASE("KV-cached decoding equals the full forward at every position") {
     std::vector<std::vector<int64_t>> seqs = {random_tokens(23, 40, 1), random_tokens(17, 40, 2),
                                               random_tokens(30, 40, 3)};
     std::vector<std::vector<int64_t>> chunks = {{7}, {1}, {3, 3, 3}};  // then one token at a time
-    std::vector<int64_t> flat_tokens, cu{0};
-    for (auto& s : seqs) {
-      flat_tokens.insert(flat_tokens.end(), s.begin(), s.end());
-      cu.push_back(cu.back() + static_cast<int64_t>(s.size()));
-    }
-    auto full = model.logits(model.forward(at::tensor(flat_tokens), cu));
+    std::vector<int64_t> cu;
+    auto full = full_logits(model, seqs, cu);
 
     kv_cache cache(config, 4, 64, model.options());
-    std::vector<size_t> fed(3, 0), chunk_index(3, 0);
-    std::vector<std::vector<at::Tensor>> cached(3);
-    while (fed[0] < seqs[0].size() || fed[1] < seqs[1].size() || fed[2] < seqs[2].size()) {
-      step_input in;
-      std::vector<std::pair<size_t, int64_t>> parts;
-      for (size_t s = 0; s < 3; ++s) {
-        if (fed[s] == seqs[s].size())
-          continue;
-        int64_t count = chunk_index[s] < chunks[s].size() ? chunks[s][chunk_index[s]++] : 1;
-        count = std::min<int64_t>(count, static_cast<int64_t>(seqs[s].size() - fed[s]));
-        for (int64_t i = 0; i < count; ++i)
-          in.tokens.push_back(seqs[s][fed[s] + static_cast<size_t>(i)]);
-        in.slots.push_back(static_cast<int64_t>(s) == 1 ? 3 : static_cast<int64_t>(s));  // a gap: slot 2 idle at times
-        in.counts.push_back(count);
-        parts.emplace_back(s, count);
-        fed[s] += static_cast<size_t>(count);
-      }
-      auto logits = model.logits(model.forward_cached(cache, in));
-      int64_t row = 0;
-      for (auto [s, count] : parts) {
-        for (int64_t i = 0; i < count; ++i)
-          cached[s].push_back(logits[row + i]);
-        row += count;
-      }
-    }
-    double worst = 0;
-    for (size_t s = 0; s < 3; ++s) {
-      auto mine = at::stack(cached[s]);
-      auto reference = full.narrow(0, cu[s], cu[s + 1] - cu[s]);
-      worst = std::max(worst, (mine - reference).abs().max().item<double>());
-    }
+    std::vector<size_t> chunk_index(3, 0);
+    auto worst = cached_decode_error(
+        model, cache, seqs, full, cu,
+        [](size_t s) { return s == 1 ? int64_t{3} : static_cast<int64_t>(s); },  // a gap: slot 2 idle at times
+        [&](size_t s, size_t) { return chunk_index[s] < chunks[s].size() ? chunks[s][chunk_index[s]++] : int64_t{1}; });
     CHECK(worst <= 1e-4);
   }
 }
@@ -120,48 +146,19 @@ TEST_CASE("a CPU cache grows as its sequences do and decodes what a full forward
   // Two slots of unequal lengths, both past the initial room: the slots grow while holding rows.
   int64_t long_len = kv_cache::initial_cpu_rows * 2 + 37, short_len = kv_cache::initial_cpu_rows + 5;
   std::vector<std::vector<int64_t>> seqs = {random_tokens(long_len, 40, 4), random_tokens(short_len, 40, 5)};
-  std::vector<int64_t> flat_tokens, cu{0};
-  for (auto& s : seqs) {
-    flat_tokens.insert(flat_tokens.end(), s.begin(), s.end());
-    cu.push_back(cu.back() + static_cast<int64_t>(s.size()));
-  }
-  auto full = model.logits(model.forward(at::tensor(flat_tokens), cu));
+  std::vector<int64_t> cu;
+  auto full = full_logits(model, seqs, cu);
   for (bool fused_on : {true, false}) {  // the CPU loops, and the ATen path that reads every slot up to the longest
     INFO("fused " << fused_on);
     fused::set_enabled(fused_on);
     kv_cache cache(config, 2, 1024, model.options());
     CHECK(cache.rows() == kv_cache::initial_cpu_rows);
     // A prefill of 20 tokens each, then one token per slot per step.
-    std::vector<std::vector<at::Tensor>> cached(2);
-    std::vector<size_t> fed(2, 0);
-    while (fed[0] < seqs[0].size() || fed[1] < seqs[1].size()) {
-      step_input in;
-      std::vector<std::pair<size_t, int64_t>> parts;
-      for (size_t s = 0; s < 2; ++s) {
-        if (fed[s] == seqs[s].size())
-          continue;
-        int64_t count = fed[s] == 0 ? 20 : 1;
-        for (int64_t i = 0; i < count; ++i)
-          in.tokens.push_back(seqs[s][fed[s] + static_cast<size_t>(i)]);
-        in.slots.push_back(static_cast<int64_t>(s));
-        in.counts.push_back(count);
-        parts.emplace_back(s, count);
-        fed[s] += static_cast<size_t>(count);
-      }
-      auto logits = model.logits(model.forward_cached(cache, in));
-      int64_t row = 0;
-      for (auto [s, count] : parts) {
-        for (int64_t i = 0; i < count; ++i)
-          cached[s].push_back(logits[row + i]);
-        row += count;
-      }
-    }
+    auto worst = cached_decode_error(
+        model, cache, seqs, full, cu, [](size_t s) { return static_cast<int64_t>(s); },
+        [](size_t, size_t fed) { return fed == 0 ? int64_t{20} : int64_t{1}; });
     CHECK(cache.rows() >= long_len);
     CHECK(cache.rows() < cache.max_len());
-    double worst = 0;
-    for (size_t s = 0; s < 2; ++s)
-      worst =
-          std::max(worst, (at::stack(cached[s]) - full.narrow(0, cu[s], cu[s + 1] - cu[s])).abs().max().item<double>());
     CHECK(worst <= 1e-4);
   }
   fused::set_enabled(true);
