@@ -1,5 +1,6 @@
 // cpu::decode_attention (cpu_kernels.hpp): one query token per sequence
-// against its cache, one task per (sequence, kv head).
+// against its cache, one task per (sequence, kv head). A step's prompt tokens
+// take it too, each a query whose keys end at its position (model_decode.cpp).
 //
 // Why blocked: a key row's dot product with a query is a few vector FMAs and
 // then a horizontal sum of the vector's lanes, and the horizontal sum is most of
@@ -49,13 +50,12 @@ struct task_rows {
 
 AREAL_INLINE task_rows rows_of(const decode_attention_args& a, int64_t b, int64_t h) {
   auto d = a.head_dim;
-  auto task = b * a.kv_heads + h;
   task_rows r;
   r.shared = a.shared[b];
   r.length = a.length[b];
   auto q_stride = a.q_stride > 0 ? a.q_stride : a.kv_heads * a.group * d;
   r.q = a.q + b * q_stride + h * a.group * d;
-  r.out = a.out + task * a.group * d;
+  r.out = a.out + (b * a.kv_heads + h) * a.group * d;
   r.pool_k = r.shared > 0 ? a.pool_keys + (h * a.pool_len + a.shared_at[b]) * d : nullptr;
   r.pool_v = r.shared > 0 ? a.pool_values + (h * a.pool_len + a.shared_at[b]) * d : nullptr;
   r.own_k = a.keys + (a.slot[b] * a.kv_heads + h) * a.max_len * d;

@@ -16,7 +16,8 @@ namespace areal::kernels::cpu {
 /// sequence b reads `shared[b]` positions from the prompt pool (rows
 /// shared_at[b] .. of every kv head) and then its own rows
 /// [shared[b], length[b]) of cache slot slot[b]. Softmax over both ranges
-/// together (one pass of scores, then one of values).
+/// together (one pass of scores, then one of values). A prompt's token is such
+/// a query too, its length ending at its own position.
 ///   q, out: [batch, kv_heads, group, head_dim]
 ///   keys, values: [slots, kv_heads, max_len, head_dim]
 ///   pool_keys, pool_values: [kv_heads, pool_len, head_dim] (unused when every shared[b] is 0)
