@@ -96,7 +96,7 @@ struct generation_side {
   }
   // Submits requests until `queued` wait beyond the running batch.
   void fill(int64_t queued) {
-    while (engine.queued() < queued) {
+    while (static_cast<int64_t>(engine.queued()) < queued) {
       if (next % static_cast<uint64_t>(c.rl.group_size) == 0)
         prompt = tok.encode(source->next()->prompt);
       kernels::generation_job job;
@@ -372,7 +372,7 @@ int main(int argc, char** argv) {
                       {"rl.eta=" + std::to_string(eta), "rl.decoupled=false"},
                       true});
     nlohmann::json runs = nlohmann::json::array();
-    double sync_rate = 0, sync_accuracy = 0;
+    double sync_rate = 0, sync_accuracy = 0, sync_cpu_per_token = 0;
     for (auto& row : rows) {
       auto overrides = row.overrides;
       overrides.push_back("model.path=\"" + model_dir.string() + "\"");
@@ -402,17 +402,32 @@ int main(int argc, char** argv) {
             result.rl_seconds;
       }
       double samples_per_s = static_cast<double>(s.trained) / result.rl_seconds;
+      // How busy the cores were (the process's CPU time over the RL phase), and
+      // the CPU time each trained token cost, every thread of the job counted.
+      double cores_busy = result.rl_cpu_seconds / (result.rl_seconds * threads);
+      double cpu_per_token = result.rl_cpu_seconds / static_cast<double>(std::max<int64_t>(1, s.trained_tokens));
       if (row.name == "sync") {
         sync_rate = tokens_per_s;
         sync_accuracy = result.accuracy_after;
+        sync_cpu_per_token = cpu_per_token;
       }
       std::cout << row.name << ": " << tokens_per_s << " trained tokens/s, " << samples_per_s << " samples/s; vs sync "
                 << tokens_per_s / sync_rate << "x; " << tokens_per_s / bound << " of the bound; fill and drain "
                 << 100 * fill_drain << "% of the time; held-out accuracy " << 100 * result.accuracy_before << "% -> "
                 << 100 * result.accuracy_after << "% (vs sync " << 100 * (result.accuracy_after - sync_accuracy)
                 << " points) after " << s.trained << " samples; max staleness " << s.max_staleness << ", dropped "
-                << s.dropped << std::endl;
+                << s.dropped << "; cores busy " << cores_busy << ", CPU per trained token " << 1e6 * cpu_per_token
+                << " us (vs sync " << cpu_per_token / sync_cpu_per_token << "x)" << std::endl;
+      if (row.name == "sync")
+        // A schedule that keeps every core busy with no more CPU work per token
+        // trains at most 1 / cores_busy times as fast: the ceiling that
+        // overlapping the phases can reach on this workload, measured.
+        std::cout << "  (sync kept the cores busy " << cores_busy << " of the time: at its CPU time per token, no "
+                  << "schedule on " << threads << " cores trains faster than " << 1 / cores_busy << "x sync)"
+                  << std::endl;
       runs.push_back({{"name", row.name},
+                      {"cores_busy", cores_busy},
+                      {"cpu_seconds_per_trained_token", cpu_per_token},
                       {"trained_tokens_per_s", tokens_per_s},
                       {"samples_per_s", samples_per_s},
                       {"ratio_to_sync", tokens_per_s / sync_rate},

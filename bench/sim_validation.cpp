@@ -172,11 +172,11 @@ four_process_run run_four_processes(const workload& w, const std::vector<std::st
   sets.insert(sets.end(), overrides.begin(), overrides.end());
   sets.push_back("run.output_dir=\"" + base.string() + "\"");
   std::vector<std::unique_ptr<test::node_process>> nodes;
-  for (std::string name : {"head", "scorer", "gen-a", "gen-b"}) {
-    std::vector<std::string> args{"--config", config.string(), "--node", name};
+  for (std::string node : {"head", "scorer", "gen-a", "gen-b"}) {
+    std::vector<std::string> args{"--config", config.string(), "--node", node};
     for (auto& o : sets)
       args.insert(args.end(), {"--set", o});
-    nodes.push_back(std::make_unique<test::node_process>(args, base / (name + ".log"), base));
+    nodes.push_back(std::make_unique<test::node_process>(args, base / (node + ".log"), base));
     if (!nodes.back()->started())
       throw std::runtime_error("could not start " + std::string(AREAL_BINARY));
   }

@@ -11,8 +11,8 @@
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/autograd.h>
 
-#include "areal/kernels/compute_threads.hpp"
 #include "areal/kernels/advantages.hpp"
+#include "areal/kernels/compute_threads.hpp"
 #include "areal/kernels/engine.hpp"
 #include "areal/kernels/logprobs.hpp"
 #include "areal/kernels/packing.hpp"
@@ -329,6 +329,31 @@ TEST_CASE("data-parallel micro-batches give the same log-probs and gradient as o
   CHECK(asked == 1);  // the gradient pass; pi_prox comes from it
   CHECK((model.flat_grad() - single).norm().item<double>() / single.norm().item<double>() <= 1e-5);
   model.flat_grad().zero_();
+}
+
+TEST_CASE("over several steps data-parallel replicas train the weights one replica trains") {
+  // The replicas keep their weight copies between passes of one step and their
+  // gradients zeroed by the sum: a copy left stale after an optimizer step, or
+  // a gradient carried into the next pass, moves the weights elsewhere.
+  policy_model start(test_config());
+  start.init_random(31, 0.1);
+  auto batches = std::vector<std::vector<rl_sample>>{make_batch(10, 6), make_batch(10, 7), make_batch(10, 8)};
+  auto train = [&](int64_t replicas) {
+    policy_model model(test_config());
+    model.flat().copy_(start.flat());
+    trainer_config tc;
+    tc.max_tokens_per_mb = 4096;
+    tc.optimizer.lr = 3e-2;  // steps large enough that stale weights would show
+    tc.ppo_minibatches = 2;  // a proximal pass and two gradient passes a step
+    tc.data_parallel = replicas;
+    trainer t(model, tc);
+    for (auto& b : batches)
+      t.ppo_update(b);
+    return model.flat().clone();
+  };
+  auto one = train(1);
+  auto two = train(2);
+  CHECK((two - one).norm().item<double>() / (one - start.flat()).norm().item<double>() <= 1e-4);
 }
 
 TEST_CASE("pi_prox from the first minibatch's own forward pass, and from a pass before the first step for the others") {

@@ -7,6 +7,7 @@
 #include <ATen/Parallel.h>
 
 #include <chrono>
+#include <ctime>
 #include <map>
 #include <sstream>
 #include <utility>
@@ -37,6 +38,13 @@ namespace areal {
 using namespace job;
 
 namespace {
+
+// User and system CPU time of every thread of this process so far.
+double process_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
 
 rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, const std::atomic<bool>& stop) {
   rl_job_result result;
@@ -315,6 +323,7 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
   }
 
   auto rl_start = clock_type::now();
+  auto rl_cpu_start = process_cpu_seconds();
   auto steps_at_start = resume ? resume->steps : 0;
   bool done = false, stop_sent = false;
   while (!done) {
@@ -392,6 +401,7 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
   }
   progress.close();
   result.rl_seconds = seconds_since(rl_start);
+  result.rl_cpu_seconds = process_cpu_seconds() - rl_cpu_start;
   if (agent && !agent->wait(std::chrono::seconds(30))) {
     spdlog::warn("the agent program (mode train) did not exit within 30 s of the run's end; stopping it");
     agent->stop();
@@ -507,7 +517,8 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
                             {"reward_scored", result.reward.scored},
                             {"reward_refused_while_full", result.reward.refused},
                             {"sft_seconds", result.sft_seconds},
-                            {"rl_seconds", result.rl_seconds}};
+                            {"rl_seconds", result.rl_seconds},
+                            {"rl_cpu_seconds", result.rl_cpu_seconds}};
   if (!endpoint_record.is_null())
     summary["endpoint"] = endpoint_record;
   output("summary.json", [&] { write_file_atomically(options.run_dir / "summary.json", summary.dump(2) + "\n"); });

@@ -63,6 +63,9 @@ struct rl_job_result {
   reward_pool_stats reward;
   double sft_seconds = 0;
   double rl_seconds = 0;
+  /// CPU time (user and system, every thread of the process) over the RL
+  /// phase: beside rl_seconds and the cores, how busy they were.
+  double rl_cpu_seconds = 0;
 };
 
 /// Runs the job in `sys`; blocks until it ends. Setting `stop` (SIGINT) stops

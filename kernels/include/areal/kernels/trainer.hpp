@@ -190,8 +190,17 @@ class trainer {
   int skipped_in_row_ = 0;
   std::mt19937_64 rng_;
   std::function<int()> thread_count_;
-  std::vector<std::unique_ptr<policy_model>> replicas_;  // parameter copies for data-parallel passes
-  replica_threads replica_threads_;                      // the threads replicas 1.. run on
+  // Parameter copies for data-parallel passes: each copied when the model's
+  // weights have changed since (the tensor's version counter; a step's proximal
+  // pass and its minibatches share one copy), its gradient left zero by the sum
+  // that reads it.
+  struct replica_copy {
+    std::unique_ptr<policy_model> model;
+    int64_t weights_version = -1;
+    bool grad_zero = false;
+  };
+  std::vector<replica_copy> replicas_;
+  replica_threads replica_threads_;  // the threads replicas 1.. run on
 };
 
 }  // namespace areal::kernels
