@@ -212,17 +212,21 @@ int main(int argc, char** argv) {
   areal::kernels::set_compute_threads(1);
   auto allocator = areal::kernels::tune_allocator();  // as areal's main: the job's buffers
   std::vector<size_t> sizes_mib = options.quick ? std::vector<size_t>{64} : std::vector<size_t>{64, 512};
-  int repetitions = options.quick ? 2 : 3;
+  // A 64 MiB transfer takes tens of milliseconds, in which the shared machine's
+  // noise moved single runs by 0.6-1.1x of the ceiling: many repetitions there.
+  auto repetitions_at = [&](size_t mib) { return mib >= 512 ? 3 : options.quick ? 7 : 11; };
   std::printf(
-      "bench_weight_sync: %u hardware threads, chunk %llu KiB, loopback TCP, %d timed repetitions after a "
-      "warm-up (median shown)\n",
+      "bench_weight_sync: %u hardware threads, chunk %llu KiB, loopback TCP, %d (64 MiB) or %d (512 MiB) timed "
+      "repetitions after a warm-up (median shown)\n",
       std::thread::hardware_concurrency(), static_cast<unsigned long long>(weight_publisher_setup{}.chunk_bytes / 1024),
-      repetitions);
-  std::printf("machine: %s\nallocator: %s\n", kernels::describe(kernels::probe_blas()).c_str(), allocator.c_str());
+      repetitions_at(64), repetitions_at(512));
+  std::printf("machine: %s\nallocator: %s\nchunk checksum: %s\n", kernels::describe(kernels::probe_blas()).c_str(),
+              allocator.c_str(), chunk_checksum_kind());
   std::printf("%-10s %9s %9s %12s %12s %10s\n", "path", "size_MiB", "receivers", "seconds", "GB/s", "vs_raw_tcp");
   nlohmann::json rows = nlohmann::json::array();
   for (auto mib : sizes_mib) {
     auto bytes = mib << 20;
+    auto repetitions = repetitions_at(mib);
     for (int receivers : {1, 2}) {
       std::vector<char> buffer(bytes, 7);
       auto raw_s = median(raw_tcp_seconds(buffer, receivers, repetitions));

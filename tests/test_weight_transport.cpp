@@ -3,7 +3,8 @@
 // ones; a damaged chunk is detected by its checksum and fetched again, and a
 // chunk damaged every time is reported; a late subscriber starts at the newest
 // version; a model of another size is refused; in-process subscribers get the
-// very buffer, not a copy. Every wait is bounded.
+// very buffer, not a copy; the chunk checksum is XXH3-64 in each of its
+// builds. Every wait is bounded.
 #include "torch_doctest.hpp"
 
 #include <atomic>
@@ -15,6 +16,9 @@
 #include "actor_test_system.hpp"
 #include "areal/actors/weight_transport.hpp"
 #include "areal/runtime/failpoints.hpp"
+#include "bulk_link.hpp"
+
+#include <xxhash.h>
 
 using namespace areal;
 using namespace std::chrono_literals;
@@ -240,9 +244,9 @@ TEST_CASE("a bulk transfer cut half-way is abandoned within the deadline and the
   auto got = t.wait_weights(2);
   REQUIRE(got);
   CHECK(identical(*got->flat, *second.flat));
-  MESSAGE("version 2 arrived over CAF "
-          << std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()
-          << " s after it was published (transfer deadline 2 s)");
+  MESSAGE(
+      "version 2 arrived over CAF " << std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()
+                                    << " s after it was published (transfer deadline 2 s)");
   // The next version travels too (over CAF: the link is not opened again).
   auto third = make_weights(3, 100'000);
   reports = t.publish(third);
@@ -259,9 +263,8 @@ TEST_CASE("a subscriber that takes the announcement and never reports is settled
   setup.timeout = 1s;
   two_systems t{setup};
   // It takes every announcement and never fetches nor reports, as a node that hangs mid-transfer.
-  auto silent = t.receiver.sys->spawn([](caf::event_based_actor*) -> caf::behavior {
-    return {[](packed<weight_manifest>&) {}};
-  });
+  auto silent =
+      t.receiver.sys->spawn([](caf::event_based_actor*) -> caf::behavior { return {[](packed<weight_manifest>&) {}}; });
   (*t.receiver.self)
       ->request(t.remote_publisher, 5s, subscribe_atom::value, std::string{"silent"}, silent)
       .receive([](packed<weight_manifest>&, std::string& link) { CHECK(link == "caf"); },
@@ -326,4 +329,26 @@ TEST_CASE("in-process subscribers get the trainer's buffer itself and report at 
       caf::after(5s) >> [] {});
   CHECK(received);
   (*s.self)->send_exit(publisher, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("the chunk checksum is xxHash's XXH3-64 in every build of it, at every size and alignment") {
+  // The reference: the XXH3 of Debian's libxxhash (not inlined here). Both
+  // sides of a link must agree whatever their CPUs, so the build chosen for
+  // this CPU and the baseline build must give the library's value.
+  std::vector<unsigned char> bytes((1 << 20) + 64);
+  uint64_t state = 12345;
+  for (auto& b : bytes) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    b = static_cast<unsigned char>(state >> 56);
+  }
+  CAPTURE(chunk_checksum_kind());
+  for (size_t size : {0, 1, 3, 16, 17, 128, 129, 240, 241, 1000, 4103, 65536, (1 << 20) + 13})
+    for (size_t offset : {0, 1, 3, 8}) {
+      CAPTURE(size);
+      CAPTURE(offset);
+      const auto* p = bytes.data() + offset;
+      auto expected = static_cast<uint64_t>(XXH3_64bits(p, size));
+      CHECK(chunk_checksum(p, size) == expected);
+      CHECK(chunk_checksum_baseline(p, size) == expected);
+    }
 }

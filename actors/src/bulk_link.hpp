@@ -22,6 +22,8 @@ namespace areal {
 
 /// The checksum every chunk travels with: XXH3-64 of its bytes (chunk_checksum.cpp).
 uint64_t chunk_checksum(const void* data, size_t size);
+/// The same with baseline x86-64 instructions only (the tests compare the two).
+uint64_t chunk_checksum_baseline(const void* data, size_t size);
 
 /// Test hook of the sender: may alter a chunk's bytes after its checksum was taken.
 using chunk_tamper = std::function<void(int64_t version, uint64_t chunk, std::string& bytes)>;
