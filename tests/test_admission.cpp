@@ -60,6 +60,24 @@ TEST_CASE("concurrency bound and dropped requests") {
   CHECK_THROWS_AS((gate.finish(true), gate.finish(true), gate.finish(true)), std::logic_error);
 }
 
+TEST_CASE("a limit on the total admits no more than it, and what is discarded or fails is replaced") {
+  staleness_gate gate(4, 8, 1000);  // eta alone would admit (8 + 0 + 1) 4 = 36
+  gate.limit_total(10);
+  CHECK(gate.capacity() == 10);
+  gate.admit(10);
+  CHECK(gate.capacity() == 0);
+  CHECK(gate.at_total_limit());
+  for (int i = 0; i < 10; ++i)
+    gate.finish(true);
+  CHECK(gate.capacity() == 0);
+  gate.discard(4);  // a dropped group: its samples are generated anew
+  CHECK(gate.capacity() == 4);
+  CHECK_FALSE(gate.at_total_limit());
+  gate.admit(4);
+  gate.finish(false);  // a failed request is replaced too
+  CHECK(gate.capacity() == 1);
+}
+
 TEST_CASE("restoring after a resume resets the counters to the version") {
   staleness_gate gate(4, 1, 100);
   gate.restore(5);

@@ -319,6 +319,27 @@ TEST_CASE("every sample is admitted within the staleness bound at the moment of 
   }
 }
 
+TEST_CASE("a run admits the samples its steps train and one batch more, whatever eta") {
+  for (int64_t eta : {1, 3, 8}) {
+    INFO("eta " << eta);
+    fixture f;
+    auto cs = f.setup(4, 8, eta, 6);
+    cs.rollouts = {f.rollout({})};
+    cs.reward = f.reward();
+    f.controller(std::move(cs));
+    f.run();
+    REQUIRE(f.rec->done);
+    CHECK(f.rec->why == "run complete");
+    std::set<key> admitted;
+    for (auto& r : f.rec->requests)
+      admitted.emplace(r.group_id, r.sample_index);
+    CHECK(admitted.size() == (6u + 1) * 8);  // more would be generated to be thrown away
+    auto end = f.end_line();
+    CHECK(end["trained"].get<int64_t>() == 6 * 8);
+    CHECK(end["dropped"].get<int64_t>() == 8);
+  }
+}
+
 TEST_CASE("a sample that no member ever answers is reported where it is, not lost") {
   fixture f;
   auto cs = f.setup(4, 8, 1, 4);
@@ -510,9 +531,9 @@ TEST_CASE("a trainer that never finishes a step ends the run at the trainer dead
   f.run();
   REQUIRE(f.rec->done);
   CHECK(f.rec->code == 1);
-  CHECK_MESSAGE(f.rec->why ==
-                    "the trainer failed: it did not finish training step 1 within 30 s (cluster.trainer_timeout_s)",
-                f.rec->why);
+  CHECK_MESSAGE(
+      f.rec->why == "the trainer failed: it did not finish training step 1 within 30 s (cluster.trainer_timeout_s)",
+      f.rec->why);
   // The end line accounts for every admitted sample.
   for (auto& [k, e] : f.ledger(controller))
     CHECK((e[2] == "trained" || e[2] == "dropped"));
@@ -537,8 +558,9 @@ TEST_CASE("a checkpoint the trainer never writes ends the run at the deadline, a
   f.run();
   REQUIRE(f.rec->done);
   CHECK(f.rec->code == 1);
-  CHECK_MESSAGE(f.rec->why == "run complete; the final checkpoint failed (it did not write the "
-                               "checkpoint within 30 s (cluster.trainer_timeout_s))",
+  CHECK_MESSAGE(f.rec->why ==
+                    "run complete; the final checkpoint failed (it did not write the "
+                    "checkpoint within 30 s (cluster.trainer_timeout_s))",
                 f.rec->why);
 }
 

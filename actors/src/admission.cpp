@@ -16,7 +16,12 @@ staleness_gate::staleness_gate(int64_t batch_size, int64_t eta, int64_t max_conc
 int64_t staleness_gate::capacity() const {
   auto by_concurrency = max_concurrent_ - running_;
   auto by_staleness = (eta_ + version_ + 1) * batch_size_ - (accepted_ + running_);
-  return std::max<int64_t>(0, std::min(by_concurrency, by_staleness));
+  auto by_length = limit_ - (accepted_ + running_);
+  return std::max<int64_t>(0, std::min({by_concurrency, by_staleness, by_length}));
+}
+
+void staleness_gate::limit_total(int64_t trajectories) {
+  limit_ = trajectories;
 }
 
 void staleness_gate::admit(int64_t n) {

@@ -161,13 +161,15 @@ namespace {
 // a reply that never comes holds nothing, not even the actor system's shutdown.
 member_link_actor spawn_link(controller_pointer self, rollout_actor worker) {
   auto timeout = self->state.setup.request_timeout;
-  return self->spawn<caf::linked>([worker, timeout](member_link_actor::pointer link) -> member_link_actor::behavior_type {
+  return self->spawn<caf::linked>([worker,
+                                   timeout](member_link_actor::pointer link) -> member_link_actor::behavior_type {
     return {[link, worker, timeout](uint64_t rid, packed<generation_request>& request, packed<reward_task>& task,
                                     caf::actor& pool, caf::actor& store) {
       auto to = caf::actor_cast<controller_actor>(link->current_sender());
       link->request(worker, timeout, std::move(request), std::move(task), pool, store)
-          .then([link, to, rid](sample_summary& summary) { link->send(to, reply_atom::value, rid, std::move(summary)); },
-                [link, to, rid](caf::error& err) { link->send(to, reply_atom::value, rid, std::move(err)); });
+          .then(
+              [link, to, rid](sample_summary& summary) { link->send(to, reply_atom::value, rid, std::move(summary)); },
+              [link, to, rid](caf::error& err) { link->send(to, reply_atom::value, rid, std::move(err)); });
     }};
   });
 }
@@ -322,10 +324,12 @@ void start(controller_pointer self, controller_setup setup) {
   st.stream = std::make_unique<prompt_stream>(std::move(s.source), s.encode, s.group_size, s.sampling, s.seed);
   st.gate = std::make_unique<staleness_gate>(s.batch_size, s.eta, s.max_concurrent);
   st.buffer = std::make_unique<group_buffer>(s.group_size);
-  if (s.resume)
-    go_back_to(self, *s.resume);  // the metrics too
-  else
+  if (s.resume) {
+    go_back_to(self, *s.resume);  // the metrics and the admission limit too
+  } else {
     st.metrics = std::make_unique<run_metrics>(s.metrics_path, s.trace, 0.0, s.remote_weights);
+    limit_admission(st);
+  }
   // The members in this process are monitored as the joined ones are: a lost one's samples go to the others.
   for (auto& r : s.rollouts) {
     st.rollouts.add(caf::actor_cast<caf::actor>(r), {}, "rollout-" + std::to_string(st.rollouts.size()));

@@ -30,9 +30,14 @@ caf::result<uint64_t, uint32_t, int64_t> open_episode(controller_pointer self, c
                            "this run trains on its own prompts; episodes are trained in runs with task.kind = "
                            "\"agent\" (plain chat completions are served either way)");
   if (st.phase != run_phase::admitting)
-    return caf::make_error(episode_errc::run_ended, "the run admits no more episodes (" +
-                                                        (st.end_why.empty() ? std::string{"it is ending"} : st.end_why) +
-                                                        ")");
+    return caf::make_error(
+        episode_errc::run_ended,
+        "the run admits no more episodes (" + (st.end_why.empty() ? std::string{"it is ending"} : st.end_why) + ")");
+  if (st.gate->capacity() <= 0 && st.gate->at_total_limit())
+    return caf::make_error(episode_errc::gate_closed,
+                           "the run has every episode its remaining steps train (" +
+                               std::to_string(st.gate->running()) +
+                               " still open); one opens again only if an episode is dropped");
   if (st.gate->capacity() <= 0)
     return caf::make_error(episode_errc::gate_closed,
                            "the staleness gate is closed (eta = " + std::to_string(st.setup.eta) + ", version " +

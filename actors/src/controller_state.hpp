@@ -4,6 +4,7 @@
 // (training steps, weights, evaluations, checkpoints, the end). Internal.
 #pragma once
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <memory>
@@ -33,8 +34,8 @@ struct in_flight_sample {
 // The actor holding one rollout worker's requests for the controller (see
 // spawn_link in controller.cpp): (request id, the request) in, and
 // (reply_atom, request id, summary or error) back to the controller.
-using member_link_actor = caf::typed_actor<
-    caf::reacts_to<uint64_t, packed<generation_request>, packed<reward_task>, caf::actor, caf::actor>>;
+using member_link_actor =
+    caf::typed_actor<caf::reacts_to<uint64_t, packed<generation_request>, packed<reward_task>, caf::actor, caf::actor>>;
 
 // The run's course: admitting work, then draining (no more admissions; what
 // runs is trained), saving the final checkpoint, finished.
@@ -50,7 +51,8 @@ struct controller_state {
   sample_ledger ledger;
   member_table<caf::actor, in_flight_sample> rollouts;
   member_table<caf::actor, uint64_t> rewards;
-  std::map<caf::actor_addr, member_link_actor> links;  // per rollout worker: the actor holding its requests  // work: the rollout request of each sample routed to a pool
+  std::map<caf::actor_addr, member_link_actor> links;  // per rollout worker: the actor holding its requests  // work:
+                                                       // the rollout request of each sample routed to a pool
   run_phase phase = run_phase::admitting;
   bool training = false, checkpointing = false, evaluating = false;
   bool member_deadline_armed = false;
@@ -79,8 +81,8 @@ struct controller_state {
   bool trainer_missing = false;
   bool awaiting_weights = false;
   caf::actor_clock::time_point awaiting_since;
-  uint64_t trainer_epoch = 0;  // replies from a trainer of an earlier epoch are let go
-  uint64_t next_rid = 0;       // the id the next rollout request gets (ids only grow)
+  uint64_t trainer_epoch = 0;       // replies from a trainer of an earlier epoch are let go
+  uint64_t next_rid = 0;            // the id the next rollout request gets (ids only grow)
   uint64_t first_rid_of_epoch = 0;  // replies to older requests name slots of a lost store
 };
 
@@ -89,6 +91,16 @@ using controller_pointer = controller_actor::stateful_pointer<controller_state>;
 /// Everything goes back to a checkpoint's record: counters, staleness gate,
 /// prompt stream (with the saved work), metrics; buffer and ledger start empty.
 void go_back_to(controller_pointer self, const controller_checkpoint& r);
+/// Admits what the run's remaining steps train and, when eta allows it, one
+/// batch more (staleness_gate::limit_total): the spare batch lets the last
+/// steps take the samples that finish first, as every step before them does,
+/// instead of waiting for the slowest (or a hung one until its deadline); more
+/// would only be generated to be thrown away.
+inline void limit_admission(controller_state& st) {
+  auto remaining = std::max<int64_t>(0, st.setup.total_steps - st.stats.steps);
+  auto spare = std::min<int64_t>(st.setup.eta, 1);
+  st.gate->limit_total(st.gate->accepted() + (remaining + spare) * st.setup.batch_size);
+}
 /// The trainer was lost; a trainer joined again from the checkpoint `record` (controller_trainer.cpp).
 void trainer_lost(controller_pointer self, const std::string& why);
 void trainer_back(controller_pointer self, const caf::actor& trainer, const caf::actor& store,

@@ -28,12 +28,13 @@ void say_saved_work(const controller_state& st, const controller_checkpoint& r) 
     else
       generated++;
   }
-  spdlog::info("controller: the checkpoint saved the work of {} sample(s) in flight: {} generating ({} tokens so "
-               "far, continued), {} generated (scored now), {} scored (trained as they are){}",
-               r.saved.size(), generating, tokens, generated, scored,
-               st.stream->saved_unused() ? "; " + std::to_string(st.stream->saved_unused()) +
-                                               " no longer match their prompt and are generated anew"
-                                         : std::string{});
+  spdlog::info(
+      "controller: the checkpoint saved the work of {} sample(s) in flight: {} generating ({} tokens so "
+      "far, continued), {} generated (scored now), {} scored (trained as they are){}",
+      r.saved.size(), generating, tokens, generated, scored,
+      st.stream->saved_unused()
+          ? "; " + std::to_string(st.stream->saved_unused()) + " no longer match their prompt and are generated anew"
+          : std::string{});
 }
 
 // Asks every rollout worker for the version its next token carries; the run
@@ -61,8 +62,7 @@ void check_rollout_weights(controller_pointer self) {
       return;
     }
     s.awaiting_weights = false;
-    spdlog::info("controller: every rollout worker has the weights of version {}; the run goes on",
-                 s.gate->version());
+    spdlog::info("controller: every rollout worker has the weights of version {}; the run goes on", s.gate->version());
     try_train(self);
     fill(self);
   };
@@ -104,6 +104,7 @@ void go_back_to(controller_pointer self, const controller_checkpoint& r) {
   st.gate->restore(r.version);
   st.stats.version = r.version;
   st.stats.steps = r.steps;
+  limit_admission(st);
   st.stats.max_staleness = r.max_staleness;
   st.stats.reward_mean_first = r.reward_mean_first;
   st.stats.reward_mean_last = r.reward_mean_last;
@@ -132,9 +133,10 @@ void trainer_lost(controller_pointer self, const std::string& why) {
   for (auto& h : st.rollouts.handles())  // their work would be sampled for a history that is gone
     self->send(caf::actor_cast<rollout_actor>(h), cancel_atom::value);
   st.rewards.forget_requests();
-  spdlog::warn("controller: the trainer is lost ({}); nothing is admitted or trained until a trainer joins again "
-               "(the run then goes back to its last checkpoint)",
-               why);
+  spdlog::warn(
+      "controller: the trainer is lost ({}); nothing is admitted or trained until a trainer joins again "
+      "(the run then goes back to its last checkpoint)",
+      why);
   if (!st.end_why.empty() || st.phase == run_phase::saving)  // an end was asked for: it comes without the trainer
     finish(self, st.end_code, st.end_why + "; the trainer was lost, its last checkpoint on disk stays");
 }
@@ -161,9 +163,10 @@ void trainer_back(controller_pointer self, const caf::actor& trainer, const caf:
   st.trainer_missing = false;
   st.awaiting_weights = true;
   st.awaiting_since = self->clock().now();
-  spdlog::info("controller: a trainer joined again from the checkpoint of version {} (step {}); waiting for the "
-               "rollout workers to take its weights",
-               r.version, r.steps);
+  spdlog::info(
+      "controller: a trainer joined again from the checkpoint of version {} (step {}); waiting for the "
+      "rollout workers to take its weights",
+      r.version, r.steps);
   check_rollout_weights(self);
 }
 
