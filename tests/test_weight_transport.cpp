@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <thread>
 
 #include <caf/all.hpp>
 #include <caf/io/middleman.hpp>
@@ -351,4 +352,26 @@ TEST_CASE("the chunk checksum is xxHash's XXH3-64 in every build of it, at every
       CHECK(chunk_checksum(p, size) == expected);
       CHECK(chunk_checksum_baseline(p, size) == expected);
     }
+}
+
+TEST_CASE("a version's chunk checksums are computed once for all the links that send it") {
+  std::vector<unsigned char> a(4096, 1), b(4096, 2);
+  chunk_sums sums(64);
+  // Two senders at once over the same chunks: each chunk's value is the
+  // checksum of the bytes its first caller gave, whoever that was.
+  std::vector<uint64_t> got_a(64), got_b(64);
+  std::thread other([&] {
+    for (uint64_t i = 0; i < 64; ++i)
+      got_b[i] = sums.get(i, b.data(), b.size());
+  });
+  for (uint64_t i = 0; i < 64; ++i)
+    got_a[i] = sums.get(i, a.data(), a.size());
+  other.join();
+  CHECK(got_a == got_b);
+  for (auto s : got_a)
+    CHECK((s == chunk_checksum(a.data(), a.size()) || s == chunk_checksum(b.data(), b.size())));
+  // A later link reads them: its own bytes are not hashed again.
+  std::vector<unsigned char> c(4096, 3);
+  for (uint64_t i = 0; i < 64; ++i)
+    CHECK(sums.get(i, c.data(), c.size()) == got_a[i]);
 }

@@ -6,9 +6,12 @@
 // Blocking: each side runs on a thread of its own. A link that throws is broken.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -25,6 +28,35 @@ uint64_t chunk_checksum(const void* data, size_t size);
 /// The same with baseline x86-64 instructions only (the tests compare the two).
 uint64_t chunk_checksum_baseline(const void* data, size_t size);
 
+/// The sender's checksums of one version, each computed once however many
+/// links send it (two rollout nodes: half the sender's hashing): the first
+/// link to reach a chunk hashes it, a link that finds it being hashed waits
+/// for that (a fraction of a millisecond), later ones read it.
+class chunk_sums {
+ public:
+  explicit chunk_sums(uint64_t count)
+      : count_(count), state_(new std::atomic<int>[count]()), sums_(new std::atomic<uint64_t>[count]()) {}
+  /// The checksum of chunk `i`, whose bytes are `data`.
+  uint64_t get(uint64_t i, const void* data, size_t size) {
+    auto& state = state_[i];
+    int expected = 0;
+    if (state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+      sums_[i].store(chunk_checksum(data, size), std::memory_order_relaxed);
+      state.store(2, std::memory_order_release);
+    } else {
+      while (state.load(std::memory_order_acquire) != 2)
+        std::this_thread::yield();
+    }
+    return sums_[i].load(std::memory_order_relaxed);
+  }
+  uint64_t count() const { return count_; }
+
+ private:
+  uint64_t count_;
+  std::unique_ptr<std::atomic<int>[]> state_;  // 0 not hashed, 1 being hashed, 2 hashed
+  std::unique_ptr<std::atomic<uint64_t>[]> sums_;
+};
+
 /// Test hook of the sender: may alter a chunk's bytes after its checksum was taken.
 using chunk_tamper = std::function<void(int64_t version, uint64_t chunk, std::string& bytes)>;
 
@@ -39,8 +71,10 @@ class bulk_link {
  public:
   virtual ~bulk_link() = default;
   virtual const char* backend() const = 0;
-  /// Sends `m.version` from `bytes` (a contiguous byte tensor), or the header -1 when bytes is null.
-  virtual void send_version(const weight_manifest& m, const at::Tensor* bytes, const chunk_tamper& tamper) = 0;
+  /// Sends `m.version` from `bytes` (a contiguous byte tensor) with the checksums `sums` (of
+  /// m.chunk_count() chunks), or the header -1 when bytes is null.
+  virtual void send_version(const weight_manifest& m, const at::Tensor* bytes, chunk_sums* sums,
+                            const chunk_tamper& tamper) = 0;
   /// Receives into `buffer` (m.total_bytes bytes). False when the sender sent another version
   /// (the one asked for was replaced); damaged chunks are listed in `bad`.
   virtual bool receive_version(const weight_manifest& m, at::Tensor& buffer, std::vector<uint64_t>& bad) = 0;

@@ -174,19 +174,20 @@ void gloo_link::clear_posted() {
   impl_->posted.clear();
 }
 
-void gloo_link::send_version(const weight_manifest& m, const at::Tensor* bytes, const chunk_tamper& tamper) {
+void gloo_link::send_version(const weight_manifest& m, const at::Tensor* bytes, chunk_sums* sums,
+                             const chunk_tamper& tamper) {
   auto header = at::full({1}, bytes ? m.version : -1, at::kLong);
   send(header, 0);
   if (!bytes)
     return;
   auto count = m.chunk_count();
-  auto sums = at::empty({static_cast<int64_t>(count)}, at::kLong);
-  auto* sum = sums.data_ptr<int64_t>();
+  auto sent_sums = at::empty({static_cast<int64_t>(count)}, at::kLong);
+  auto* sum = sent_sums.data_ptr<int64_t>();
   std::vector<at::Tensor> altered;  // kept alive until sent
   for (uint64_t i = 0; i < count; ++i) {
     auto [first, size] = chunk_range(m, i);
     auto chunk = bytes->narrow(0, static_cast<int64_t>(first), static_cast<int64_t>(size));
-    sum[i] = static_cast<int64_t>(chunk_checksum(chunk.data_ptr(), size));
+    sum[i] = static_cast<int64_t>(sums->get(i, chunk.data_ptr(), size));
     if (tamper) {
       std::string copy(static_cast<const char*>(chunk.data_ptr()), size);
       tamper(m.version, i, copy);
@@ -198,7 +199,7 @@ void gloo_link::send_version(const weight_manifest& m, const at::Tensor* bytes, 
       throw std::runtime_error("version " + std::to_string(m.version) + " cut after " + std::to_string(i) + " of " +
                                std::to_string(count) + " chunk(s) (failpoint weights.transfer_cut)");
     post_send(chunk, static_cast<int>(2 * i + 1));
-    post_send(sums.narrow(0, static_cast<int64_t>(i), 1), static_cast<int>(2 * i + 2));
+    post_send(sent_sums.narrow(0, static_cast<int64_t>(i), 1), static_cast<int>(2 * i + 2));
   }
   for (size_t k = 0; k < 2 * count; ++k)
     wait(k);

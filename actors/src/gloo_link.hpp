@@ -54,7 +54,8 @@ class gloo_link final : public bulk_link {
   const char* backend() const override { return "gloo"; }
   /// Chunk i goes with tag 2i+1 and its checksum with tag 2i+2 (0 is the header);
   /// every transfer is posted at once, so checksums overlap the bytes in flight.
-  void send_version(const weight_manifest& m, const at::Tensor* bytes, const chunk_tamper& tamper) override;
+  void send_version(const weight_manifest& m, const at::Tensor* bytes, chunk_sums* sums,
+                    const chunk_tamper& tamper) override;
   bool receive_version(const weight_manifest& m, at::Tensor& buffer, std::vector<uint64_t>& bad) override;
 
   /// Blocking transfers of a contiguous byte tensor, matched by tag. Throw on

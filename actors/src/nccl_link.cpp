@@ -71,7 +71,8 @@ class nccl_link final : public bulk_link {
 
   const char* backend() const override { return "nccl"; }
 
-  void send_version(const weight_manifest& m, const at::Tensor* bytes, const chunk_tamper& tamper) override {
+  void send_version(const weight_manifest& m, const at::Tensor* bytes, chunk_sums* sums,
+                    const chunk_tamper& tamper) override {
     int64_t header = bytes ? m.version : -1;
     send(&header, sizeof(header));
     if (!bytes)
@@ -79,7 +80,7 @@ class nccl_link final : public bulk_link {
     auto* data = static_cast<const char*>(bytes->data_ptr());
     for (uint64_t i = 0; i < m.chunk_count(); ++i) {
       auto [first, size] = chunk_range(m, i);
-      uint64_t sum = chunk_checksum(data + first, size);
+      uint64_t sum = sums->get(i, data + first, size);
       if (tamper) {
         std::string copy(data + first, size);
         tamper(m.version, i, copy);

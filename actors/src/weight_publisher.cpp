@@ -8,6 +8,7 @@
 
 #include <deque>
 #include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
 
@@ -69,6 +70,19 @@ struct held_version {
   local_weights weights;
   weight_manifest manifest;
   packed<weight_manifest> packed_manifest;
+  std::shared_ptr<chunk_sums> sums;  // the sender's checksums, shared by every link and the CAF path
+};
+
+// The checksums of the versions held, by version, for the bulk senders (each on a thread of its own).
+struct held_sums {
+  std::mutex mutex;
+  std::map<int64_t, std::shared_ptr<chunk_sums>> by_version;
+
+  std::shared_ptr<chunk_sums> find(int64_t version) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = by_version.find(version);
+    return it == by_version.end() ? nullptr : it->second;
+  }
 };
 
 struct subscriber_entry {
@@ -86,7 +100,8 @@ struct pending_publish {
 struct publisher_state {
   static inline const char* name = "areal.weight_publisher";
   weight_publisher_setup setup;
-  std::deque<held_version> held;  // the newest two versions, oldest first
+  std::deque<held_version> held;                                    // the newest two versions, oldest first
+  std::shared_ptr<held_sums> sums = std::make_shared<held_sums>();  // their checksums
   std::map<std::string, subscriber_entry> subscribers;
   std::map<int64_t, pending_publish> pending;  // by version
   std::shared_ptr<gloo_rendezvous> rendezvous;
@@ -152,7 +167,8 @@ void record(publisher_pointer self, const weight_delivery& report) {
 // opening the link and sending block until the receiver takes part (or the
 // deadline passes).
 bulk_sender_actor::behavior_type bulk_sender(bulk_sender_actor::pointer self,
-                                             std::function<std::shared_ptr<bulk_link>()> open, chunk_tamper tamper) {
+                                             std::function<std::shared_ptr<bulk_link>()> open, chunk_tamper tamper,
+                                             std::shared_ptr<held_sums> held) {
   std::shared_ptr<bulk_link> link;
   try {
     link = open();
@@ -161,17 +177,19 @@ bulk_sender_actor::behavior_type bulk_sender(bulk_sender_actor::pointer self,
     self->quit(caf::exit_reason::normal);  // normal: the linked publisher lives on
   }
   return {
-      [self, link, tamper](push_atom, local_weights& w, packed<weight_manifest>& packed_manifest) -> caf::result<bool> {
+      [self, link, tamper, held](push_atom, local_weights& w,
+                                 packed<weight_manifest>& packed_manifest) -> caf::result<bool> {
         if (!link)
           return caf::make_error(caf::sec::runtime_error, "weight publisher: the bulk link did not open");
         try {
-          if (!w.flat) {
+          auto sums = w.flat ? held->find(w.version) : nullptr;
+          if (!sums) {  // no longer held
             weight_manifest none;
-            link->send_version(none, nullptr, tamper);
+            link->send_version(none, nullptr, nullptr, tamper);
             return false;
           }
           auto bytes = w.flat->view(-1).view(at::kByte);
-          link->send_version(*unpack(packed_manifest), &bytes, tamper);
+          link->send_version(*unpack(packed_manifest), &bytes, sums.get(), tamper);
           return true;
         } catch (const std::exception& e) {
           spdlog::warn("weight publisher: {}", e.what());
@@ -215,9 +233,16 @@ weight_publisher_actor::behavior_type publisher_behavior(publisher_pointer self,
         if (!packed_manifest)
           return packed_manifest.error();
         h.packed_manifest = std::move(*packed_manifest);
+        h.sums = std::make_shared<chunk_sums>(h.manifest.chunk_count());
         st.held.push_back(h);
         while (st.held.size() > 2)
           st.held.pop_front();
+        {
+          std::lock_guard<std::mutex> lock(st.sums->mutex);
+          st.sums->by_version.clear();
+          for (auto& kept : st.held)
+            st.sums->by_version[kept.weights.version] = kept.sums;
+        }
         auto promise = self->make_response_promise<std::vector<weight_delivery>>();
         auto& p = st.pending[w.version];
         p.promise = promise;
@@ -271,7 +296,7 @@ weight_publisher_actor::behavior_type publisher_behavior(publisher_pointer self,
               link = "nccl " + id;
             }
             // Linked: it ends with the publisher (it ends itself normally on a link failure).
-            entry.bulk_sender = self->spawn<caf::detached + caf::linked>(bulk_sender, open, st.setup.tamper);
+            entry.bulk_sender = self->spawn<caf::detached + caf::linked>(bulk_sender, open, st.setup.tamper, st.sums);
           } catch (const std::exception& e) {
             st.bulk_failed = true;
             link = "caf";
@@ -302,7 +327,7 @@ weight_publisher_actor::behavior_type publisher_behavior(publisher_pointer self,
           return caf::make_error(caf::sec::invalid_argument, "no chunk " + std::to_string(chunk));
         auto [first, size] = chunk_range(h->manifest, chunk);
         auto* data = bytes_of(*h->weights.flat) + first;
-        auto sum = chunk_checksum(data, size);
+        auto sum = h->sums->get(chunk, data, size);
         std::string bytes(data, size);
         if (st.setup.tamper)
           st.setup.tamper(version, chunk, bytes);
