@@ -35,7 +35,7 @@ uint64_t chunk_checksum_baseline(const void* data, size_t size);
 class chunk_sums {
  public:
   explicit chunk_sums(uint64_t count)
-      : count_(count), state_(new std::atomic<int>[count]()), sums_(new std::atomic<uint64_t>[count]()) {}
+      : state_(new std::atomic<int>[count]()), sums_(new std::atomic<uint64_t>[count]()) {}
   /// The checksum of chunk `i`, whose bytes are `data`.
   uint64_t get(uint64_t i, const void* data, size_t size) {
     auto& state = state_[i];
@@ -49,10 +49,7 @@ class chunk_sums {
     }
     return sums_[i].load(std::memory_order_relaxed);
   }
-  uint64_t count() const { return count_; }
-
  private:
-  uint64_t count_;
   std::unique_ptr<std::atomic<int>[]> state_;  // 0 not hashed, 1 being hashed, 2 hashed
   std::unique_ptr<std::atomic<uint64_t>[]> sums_;
 };

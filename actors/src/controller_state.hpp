@@ -51,8 +51,7 @@ struct controller_state {
   sample_ledger ledger;
   member_table<caf::actor, in_flight_sample> rollouts;
   member_table<caf::actor, uint64_t> rewards;
-  std::map<caf::actor_addr, member_link_actor> links;  // per rollout worker: the actor holding its requests  // work:
-                                                       // the rollout request of each sample routed to a pool
+  std::map<caf::actor_addr, member_link_actor> links;  // per rollout worker: the actor holding its requests
   run_phase phase = run_phase::admitting;
   bool training = false, checkpointing = false, evaluating = false;
   bool member_deadline_armed = false;
