@@ -18,7 +18,11 @@
 //      samples/s, the ratio to synchronous, the fraction of the bound, the
 //      share of the time spent filling and draining the pipeline (before the
 //      first step beyond one step interval, after the last), and held-out
-//      greedy accuracy after the same number of samples.
+//      greedy accuracy after the same number of samples. And where each run's
+//      time went (its trace.json): the trainer's and the engine's shares of
+//      the RL time in steps, their speeds there against T and G alone, how
+//      much of the training had an engine step beside it, and the engine's
+//      sequences per step against its slots: what keeps a run from the bound.
 //   3. Two workloads: the demo's (tiny preset, running sums), and a
 //      long-tail one on the small preset (outputs of 2-32 terms; on 2 CPU
 //      cores training still takes most of the time), 60 steps in full mode
@@ -418,6 +422,28 @@ int main(int argc, char** argv) {
                 << " points) after " << s.trained << " samples; max staleness " << s.max_staleness << ", dropped "
                 << s.dropped << "; cores busy " << cores_busy << ", CPU per trained token " << 1e6 * cpu_per_token
                 << " us (vs sync " << cpu_per_token / sync_cpu_per_token << "x)" << std::endl;
+      // Where the time went, against the capacities the bound is made of: the
+      // trainer's share of the RL time and its speed within its steps against T
+      // alone; the engine's share, its speed against G alone (a full batch) on
+      // the threads it gets beside the trainer (all of them in sync, where it
+      // computes alone), and the sequences it decodes a step.
+      auto use = bench::read_time_use(dir / "trace.json");
+      int engine_threads = row.name == "sync" ? threads : std::max(1, threads / 2);
+      int trainer_threads = row.share ? threads : std::max(1, threads / 2);
+      double trainer_share = use.train_s / result.rl_seconds;
+      double training_vs_alone =
+          static_cast<double>(s.trained_tokens) / use.train_s / caps[static_cast<size_t>(trainer_threads)].training;
+      double engine_beside = use.generate_beside_train_s / use.train_s;
+      double engine_share = use.generate_s / result.rl_seconds;
+      double decoding_vs_alone = static_cast<double>(use.decode_rows) / std::max(1e-9, use.generate_s) /
+                                 caps[static_cast<size_t>(engine_threads)].generation;
+      double mean_batch =
+          static_cast<double>(use.decode_rows) / static_cast<double>(std::max<int64_t>(1, use.engine_steps));
+      std::cout << "  time: the trainer in a step " << trainer_share << " of the RL time, at " << training_vs_alone
+                << " of T alone on " << trainer_threads << " thread(s) (an engine step beside it " << engine_beside
+                << " of that time); the engine in a step " << engine_share << " of the RL time, decoding at "
+                << decoding_vs_alone << " of G alone on " << engine_threads << " thread(s), " << mean_batch
+                << " sequences a step of " << make_config(w, threads, {}).rl.rollout_slots << " slots" << std::endl;
       if (row.name == "sync")
         // A schedule that keeps every core busy with no more CPU work per token
         // trains at most 1 / cores_busy times as fast: the ceiling that
@@ -438,7 +464,13 @@ int main(int argc, char** argv) {
                       {"trained_samples", s.trained},
                       {"max_staleness", s.max_staleness},
                       {"dropped", s.dropped},
-                      {"rl_seconds", result.rl_seconds}});
+                      {"rl_seconds", result.rl_seconds},
+                      {"trainer_step_fraction", trainer_share},
+                      {"training_speed_vs_alone", training_vs_alone},
+                      {"engine_beside_trainer_fraction", engine_beside},
+                      {"engine_step_fraction", engine_share},
+                      {"decoding_speed_vs_alone", decoding_vs_alone},
+                      {"mean_decode_batch", mean_batch}});
     }
     nlohmann::json capacities = nlohmann::json::array();
     for (int k = 1; k <= threads; ++k)

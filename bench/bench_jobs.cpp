@@ -1,11 +1,16 @@
 // The real RL job as the benchmarks run it (see bench_jobs.hpp).
 #include "bench_jobs.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
+
+#include <nlohmann/json.hpp>
 
 #include "areal/runtime/files.hpp"
 
@@ -87,6 +92,46 @@ rl_job_result run_job(const run_config& config, const std::filesystem::path& dir
   write_file_atomically(dir / "config.toml", config.resolved_toml);
   std::atomic<bool> stop{false};
   return run_rl_job(o, stop);
+}
+
+time_use read_time_use(const std::filesystem::path& trace_file) {
+  std::ifstream in(trace_file);
+  auto trace = nlohmann::json::parse(in, nullptr, false);
+  if (!in || trace.is_discarded() || !trace.contains("traceEvents"))
+    throw std::runtime_error(trace_file.string() + ": not a trace the job wrote");
+  // Spans in microseconds: [start, end).
+  std::vector<std::pair<double, double>> training, generating;
+  time_use use;
+  for (auto& e : trace["traceEvents"]) {
+    if (e.value("ph", "") != "X")
+      continue;
+    auto name = e.value("name", "");
+    double start = e.value("ts", 0.0), end = start + e.value("dur", 0.0);
+    if (name == "train") {
+      training.emplace_back(start, end);
+      use.train_s += (end - start) / 1e6;
+    } else if (name == "generate") {
+      generating.emplace_back(start, end);
+      use.generate_s += (end - start) / 1e6;
+      use.engine_steps++;
+      if (e.contains("args"))
+        use.decode_rows += e["args"].value("batch", int64_t{0});
+    }
+  }
+  if (training.empty())
+    throw std::runtime_error(trace_file.string() + ": no step of the trainer in it");
+  // The trainer's steps do not overlap one another: each engine step's overlap
+  // with them, walking both in time order.
+  std::sort(training.begin(), training.end());
+  std::sort(generating.begin(), generating.end());
+  size_t t = 0;
+  for (auto& [start, end] : generating) {
+    while (t < training.size() && training[t].second <= start)
+      ++t;
+    for (size_t k = t; k < training.size() && training[k].first < end; ++k)
+      use.generate_beside_train_s += (std::min(end, training[k].second) - std::max(start, training[k].first)) / 1e6;
+  }
+  return use;
 }
 
 }  // namespace areal::bench

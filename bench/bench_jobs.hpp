@@ -41,4 +41,18 @@ std::string four_process_config(const workload& w, const std::vector<uint16_t>& 
 /// rollout and trainer sides share the cores (false: a static split).
 rl_job_result run_job(const run_config& config, const std::filesystem::path& dir, int threads, bool share);
 
+/// Where a run's time went, from its trace.json: the trainer's steps and the
+/// rollout engines' steps, and how long they ran at once.
+struct time_use {
+  double train_s = 0;                  // the trainer's steps (trainer::ppo_update and what the actor adds)
+  double generate_s = 0;               // engine steps, every rollout worker's
+  double generate_beside_train_s = 0;  // engine steps while the trainer was in a step
+  int64_t engine_steps = 0;
+  int64_t decode_rows = 0;  // sequences decoded, summed over the engine steps
+};
+
+/// Reads `trace_file` (a run's trace.json); throws std::runtime_error when it
+/// cannot be read or holds no step of the trainer.
+time_use read_time_use(const std::filesystem::path& trace_file);
+
 }  // namespace areal::bench
