@@ -268,6 +268,12 @@ int main(int argc, char** argv) {
   else if (only == "long-tail")
     workloads.erase(workloads.begin());
   auto scratch = fs::temp_directory_path() / ("areal-bench-async-" + std::to_string(getpid()));
+  // A run that fails ends the benchmark: its figures would say nothing.
+  auto fail = [&](const std::string& why) {
+    std::cerr << why << "\n";
+    fs::remove_all(scratch);
+    return 1;
+  };
   nlohmann::json report = {{"bench", "bench_async_vs_sync"},
                            {"threads", threads},
                            {"blas", kernels::describe(facts)},
@@ -279,10 +285,8 @@ int main(int argc, char** argv) {
     auto warm_dir = scratch / "warm";
     auto warm = run_job(make_config(w, threads, {"rl.steps=0", "eval.prompts=0"}), warm_dir, threads, true);
     auto model_dir = warm_dir / "sft_model";
-    if (warm.exit_code != 0 || !fs::exists(model_dir)) {
-      std::cerr << "the warm start failed: " << warm.why << "\n";
-      return 1;
-    }
+    if (warm.exit_code != 0 || !fs::exists(model_dir))
+      return fail("the warm start failed: " + warm.why);
     std::cout << "warm start: " << w.sft_steps << " SFT steps in " << std::setprecision(3) << warm.sft_seconds
               << " s\n";
 
@@ -384,6 +388,8 @@ int main(int argc, char** argv) {
       auto dir = scratch / "run";
       fs::remove_all(dir);
       auto result = run_job(make_config(w, threads, overrides), dir, threads, row.share);
+      if (result.exit_code != 0)
+        return fail(row.name + ": the run failed: " + result.why);
       auto& s = result.stats;
       double tokens_per_s = static_cast<double>(s.trained_tokens) / result.rl_seconds;
       // Fill and drain: the time before the first step beyond one steady step
@@ -427,7 +433,12 @@ int main(int argc, char** argv) {
       // alone; the engine's share, its speed against G alone (a full batch) on
       // the threads it gets beside the trainer (all of them in sync, where it
       // computes alone), and the sequences it decodes a step.
-      auto use = bench::read_time_use(dir / "trace.json");
+      bench::time_use use;
+      try {
+        use = bench::read_time_use(dir / "trace.json");
+      } catch (const std::exception& e) {
+        return fail(row.name + ": " + e.what());
+      }
       int engine_threads = row.name == "sync" ? threads : std::max(1, threads / 2);
       int trainer_threads = row.share ? threads : std::max(1, threads / 2);
       double trainer_share = use.train_s / result.rl_seconds;
