@@ -44,7 +44,7 @@ rl_job_result run_job(const run_config& config, const std::filesystem::path& dir
 /// Where a run's time went, from its trace.json: the trainer's steps and the
 /// rollout engines' steps, and how long they ran at once.
 struct time_use {
-  double train_s = 0;                  // the trainer's steps (trainer::ppo_update and what the actor adds)
+  double train_s = 0;                  // the trainer's steps (trainer::ppo_update, and the reference pass with KL on)
   double generate_s = 0;               // engine steps, every rollout worker's
   double generate_beside_train_s = 0;  // engine steps while the trainer was in a step
   int64_t engine_steps = 0;
