@@ -371,6 +371,7 @@ int main(int argc, char** argv) {
 
     // 2. The runs.
     std::vector<run_row> rows = {{"sync", {"rl.mode=\"sync\""}, true}};
+    auto slots = make_config(w, threads, {}).rl.rollout_slots;  // the engine's batch when full
     for (int eta : {1, 2, 4, 8})
       rows.push_back({"async eta=" + std::to_string(eta), {"rl.eta=" + std::to_string(eta)}, true});
     if (threads > 1)
@@ -454,7 +455,7 @@ int main(int argc, char** argv) {
                 << " of T alone on " << trainer_threads << " thread(s) (an engine step beside it " << engine_beside
                 << " of that time); the engine in a step " << engine_share << " of the RL time, decoding at "
                 << decoding_vs_alone << " of G alone on " << engine_threads << " thread(s), " << mean_batch
-                << " sequences a step of " << make_config(w, threads, {}).rl.rollout_slots << " slots" << std::endl;
+                << " sequences a step of " << slots << " slots" << std::endl;
       if (row.name == "sync")
         // A schedule that keeps every core busy with no more CPU work per token
         // trains at most 1 / cores_busy times as fast: the ceiling that
