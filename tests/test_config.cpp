@@ -214,6 +214,46 @@ TEST_CASE("bad --set values are reported against the command line") {
   CHECK(contains(only_error(two_nodes, {"run.name.x=1"}), "'name' is a string, not a table"));
 }
 
+TEST_CASE("a node's devices are spelled as LibTorch names them, of one kind, each once, and every one used") {
+  auto r = parse_config(two_nodes, "topo.toml",
+                        {"nodes.head.devices=[\"cuda:0\", \"cuda:1\"]", "nodes.worker.devices=[\"cuda:2\", \"cuda:3\"]",
+                         "rl.rollout_workers=4"});
+  REQUIRE_MESSAGE(r.config, (r.errors.empty() ? "" : r.errors[0]));
+  CHECK(r.config->nodes[0].devices == std::vector<std::string>{"cuda:0", "cuda:1"});
+  CHECK(r.config->nodes[1].devices == std::vector<std::string>{"cuda:2", "cuda:3"});
+  auto reloaded = parse_config(r.config->resolved_toml, "resolved.toml");
+  REQUIRE(reloaded.config);
+  CHECK(reloaded.config->nodes[1].devices == r.config->nodes[1].devices);
+  // Unset: empty (model.device), and the resolved configuration says so and reloads.
+  auto plain = parse_config(two_nodes, "topo.toml");
+  REQUIRE(plain.config);
+  CHECK(plain.config->nodes[0].devices.empty());
+  CHECK(parse_config(plain.config->resolved_toml, "resolved.toml").config);
+
+  CHECK(contains(only_error(two_nodes, {"nodes.head.devices=[\"gpu0\"]"}),
+                 "nodes[0].devices: \"gpu0\" is no device; use \"cpu\", \"cuda\" or \"cuda:N\""));
+  CHECK(contains(only_error(two_nodes, {"nodes.head.devices=[\"cuda\", \"cuda:0\"]"}),
+                 "nodes[0].devices: \"cuda:0\" is listed twice"));
+  CHECK(contains(only_error(two_nodes, {"nodes.head.devices=[\"cpu\", \"cuda:0\"]"}),
+                 "nodes[0].devices: mixes the CPU with GPUs"));
+  CHECK(contains(only_error(two_nodes, {"nodes.head.devices=[1]"}), "expected strings only, got an integer"));
+  // Every device runs something: a rollout node needs a worker for each.
+  CHECK(contains(only_error(two_nodes, {"nodes.worker.devices=[\"cuda:0\", \"cuda:1\", \"cuda:2\"]"}),
+                 "nodes[1].devices: 3 devices and rl.rollout_workers = 1: 2 of them would run nothing; set "
+                 "rl.rollout_workers = 3"));
+  CHECK(parse_config(two_nodes, "topo.toml", {"nodes.worker.devices=[\"cuda:0\", \"cuda:1\"]", "rl.rollout_workers=4"})
+            .config);
+  auto reward_only = std::string{two_nodes} + R"(
+[[nodes]]
+name = "scorer"
+port = 7102
+roles = ["reward"]
+devices = ["cuda:0"]
+)";
+  CHECK(contains(only_error(reward_only),
+                 "nodes[2].devices: this node has neither the \"trainer\" nor the \"rollout\" role"));
+}
+
 TEST_CASE("the model section has defaults and checks its choices") {
   auto r = parse_config(two_nodes, "topo.toml");
   REQUIRE(r.config);
@@ -309,13 +349,12 @@ TEST_CASE("every key fills its member, and the defaults are the configuration's 
   CHECK(r.config->nodes[0].compute_threads == node_spec{}.compute_threads);
   CHECK(r.config->nodes[0].host == node_spec{}.host);
   // Keys set: each lands in its member.
-  auto s =
-      parse_config(two_nodes, "topo.toml",
-                   {"rl.top_k=5", "rl.top_p=0.9", "rl.dual_clip=3.0", "rl.behaviour_mode=clamp", "rl.kl_coef=0.1",
-                    "rl.kl_estimator=k1", "rl.reward_bias=-0.5", "rl.reward_scale=2.0", "rl.reward_clip=1.0",
-                    "rl.overlong_buffer=16", "rl.overlong_factor=0.5", "rl.mode=sync", "cluster.weight_chunk_kb=128",
-                    "cluster.security=plain", "task.train_path=-", "run.job=probe", "rl.interruption=keep_cache",
-                    "rl.prompt_pool_tokens=1000"});
+  auto s = parse_config(two_nodes, "topo.toml",
+                        {"rl.top_k=5", "rl.top_p=0.9", "rl.dual_clip=3.0", "rl.behaviour_mode=clamp", "rl.kl_coef=0.1",
+                         "rl.kl_estimator=k1", "rl.reward_bias=-0.5", "rl.reward_scale=2.0", "rl.reward_clip=1.0",
+                         "rl.overlong_buffer=16", "rl.overlong_factor=0.5", "rl.mode=sync",
+                         "cluster.weight_chunk_kb=128", "cluster.security=plain", "task.train_path=-", "run.job=probe",
+                         "rl.interruption=keep_cache", "rl.prompt_pool_tokens=1000"});
   REQUIRE_MESSAGE(s.config, (s.errors.empty() ? "" : s.errors.front()));
   auto& rl = s.config->rl;
   CHECK(rl.top_k == 5);

@@ -12,6 +12,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/grad_mode.h>  // at::NoGradGuard (LibTorch 2.x's ATen.h no longer brings it)
+#include <torch/cuda.h>
 
 #include "areal/kernels/device.hpp"
 #include "areal/kernels/engine.hpp"
@@ -231,6 +232,55 @@ TEST_CASE("a PPO step's gradients on the device are the CPU loops' gradients, an
   for (int i = 0; i < 5; ++i)
     last = t.sft_update(data).loss;
   CHECK(last < first - 0.05);
+}
+
+TEST_CASE("replicas on devices of their own train the weights the model alone trains") {
+  // On a GPU: the model on AREAL_TEST_DEVICE and one replica on each other GPU
+  // (the node's `devices`); on the CPU, two CPU replicas named the same way, so
+  // that CTest runs the code path. Three steps of two minibatches: a replica's
+  // weights left stale after a step, or a gradient sum that missed a device,
+  // moves the weights elsewhere.
+  auto own = device_name();
+  std::vector<std::string> others;
+  if (own == "cpu") {
+    others = {"cpu", "cpu"};
+  } else {
+    auto index = tensor_options(own, "float32").device().index();
+    for (int k = 0; k < static_cast<int>(torch::cuda::device_count()); ++k)
+      if (k != std::max<int>(0, index))
+        others.push_back("cuda:" + std::to_string(k));
+  }
+  if (others.empty()) {
+    MESSAGE("one GPU: replicas on GPUs of their own not checked (they need two)");
+    return;
+  }
+  auto batches = std::vector<std::vector<rl_sample>>{ppo_batch(8), ppo_batch(9), ppo_batch(10)};
+  at::Tensor start;
+  auto train = [&](const std::vector<std::string>& replica_devices, size_t* replicas) {
+    policy_model model(device_model(), tensor_options(own, "float32"));
+    model.init_random(17, 0.2);
+    start = model.flat().to(at::kCPU).clone();
+    trainer_config tc;
+    tc.optimizer.lr = 3e-2;  // steps large enough that stale weights would show
+    tc.ppo_minibatches = 2;
+    tc.max_tokens_per_mb = 64;  // several micro-batches a pass, for every replica
+    tc.replica_devices = replica_devices;
+    trainer t(model, tc);
+    for (auto& b : batches)
+      t.ppo_update(b);
+    *replicas = t.replica_count();
+    return model.flat().to(at::kCPU).clone();
+  };
+  size_t alone_replicas = 0, spread_replicas = 0;
+  auto alone = train({}, &alone_replicas);
+  auto spread = train(others, &spread_replicas);
+  CHECK(alone_replicas == 1);
+  CHECK(spread_replicas == 1 + others.size());
+  auto moved = (alone - start).norm().item<double>();
+  REQUIRE(moved > 0);
+  // Rounding: the sums' order differs, and AdamW's first steps magnify it (1.5e-4
+  // on the CPU, where CPU replicas on threads give the same weights exactly).
+  CHECK((spread - alone).norm().item<double>() / moved <= 1e-3);
 }
 
 int main(int argc, char** argv) {

@@ -195,14 +195,18 @@ constexpr bool torch_has_cuda = true;
 constexpr bool torch_has_cuda = false;
 #endif
 
-TEST_CASE("a model device this LibTorch lacks is refused at the start, saying what to use" *
-          doctest::skip(torch_has_cuda)) {
+TEST_CASE("a device this LibTorch lacks is refused at the start, saying what to use" * doctest::skip(torch_has_cuda)) {
   scratch_dir dir{"nodevice"};
-  node_process run(ci_sized_default({"--set", "model.device=\"cuda:0\""}), dir.path / "out.log", dir.path);
-  CHECK_MESSAGE(run.wait_exit(30s) == 2, run.log());
-  CHECK(run.log().find("model device \"cuda:0\" asked for, but this LibTorch build has no CUDA") != std::string::npos);
-  CHECK(run.log().find("use model.device = \"cpu\"") != std::string::npos);
-  CHECK(run.log().find("held-out greedy accuracy") == std::string::npos);  // nothing ran
+  // In model.device, and in a node's devices.
+  for (std::string set : {"model.device=\"cuda:0\"", "nodes.local.devices=[\"cuda:1\", \"cuda:0\"]"}) {
+    INFO(set);
+    node_process run(ci_sized_default({"--set", set}), dir.path / "out.log", dir.path);
+    CHECK_MESSAGE(run.wait_exit(30s) == 2, run.log());
+    CHECK(run.log().find("asked for (model.device, or a node's devices), but this LibTorch build has no CUDA") !=
+          std::string::npos);
+    CHECK(run.log().find("use \"cpu\"") != std::string::npos);
+    CHECK(run.log().find("held-out greedy accuracy") == std::string::npos);  // nothing ran
+  }
 }
 
 TEST_CASE("a port in use is reported with what to do") {

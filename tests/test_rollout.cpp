@@ -269,6 +269,18 @@ TEST_CASE("[rl]'s sampling and objective reach the requests and the trainer as c
   CHECK(t.data_parallel == 1);  // the job sets it from the node's cores
 }
 
+TEST_CASE("a node computes on its devices, else on model.device; a trainer's replicas take the GPUs after the first") {
+  run_config c;
+  node_spec n;
+  c.model.device = "cuda:2";
+  CHECK(job::node_devices(c, n) == std::vector<std::string>{"cuda:2"});
+  n.devices = {"cuda:0", "cuda:1", "cuda:3"};
+  CHECK(job::node_devices(c, n) == n.devices);
+  CHECK(job::replica_devices(n.devices) == std::vector<std::string>{"cuda:1", "cuda:3"});
+  CHECK(job::replica_devices({"cuda:1"}).empty());
+  CHECK(job::replica_devices({"cpu"}).empty());  // the CPU's replicas are its threads
+}
+
 TEST_CASE("a rollout worker hands a checkpoint its work in flight, and a worker continues it from there") {
   fixture f;
   auto& self = *f.self;

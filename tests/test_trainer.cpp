@@ -13,6 +13,7 @@
 
 #include "areal/kernels/advantages.hpp"
 #include "areal/kernels/compute_threads.hpp"
+#include "areal/kernels/device.hpp"
 #include "areal/kernels/engine.hpp"
 #include "areal/kernels/logprobs.hpp"
 #include "areal/kernels/packing.hpp"
@@ -354,6 +355,20 @@ TEST_CASE("over several steps data-parallel replicas train the weights one repli
   auto one = train(1);
   auto two = train(2);
   CHECK((two - one).norm().item<double>() / (one - start.flat()).norm().item<double>() <= 1e-4);
+}
+
+TEST_CASE("replica devices that this LibTorch lacks, or of another kind than the model's, are refused") {
+  policy_model model(test_config());
+  trainer_config tc;
+  tc.replica_devices = {"tpu"};
+  CHECK_THROWS_WITH_AS(trainer(model, tc), doctest::Contains("\"tpu\" is not supported"), format_error);
+  if (!cuda_available()) {
+    tc.replica_devices = {"cuda:1"};
+    CHECK_THROWS_WITH_AS(trainer(model, tc), doctest::Contains("this LibTorch build has no CUDA"), format_error);
+  }
+  tc.replica_devices = {"cpu"};
+  trainer two(model, tc);
+  CHECK(two.replica_count() == 2);
 }
 
 TEST_CASE("pi_prox from the first minibatch's own forward pass, and from a pass before the first step for the others") {

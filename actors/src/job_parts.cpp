@@ -22,20 +22,37 @@ uint64_t stream_seed(uint64_t seed, uint64_t stream) {
 
 namespace {
 
-// A copy of the policy's parameters in a model of its own.
-std::shared_ptr<kernels::policy_model> policy_copy(const model_parts& m) {
-  auto copy = std::make_shared<kernels::policy_model>(m.config, m.policy->options());
+// A copy of the policy's parameters in a model of its own, on `device` (empty: the policy's).
+std::shared_ptr<kernels::policy_model> policy_copy(const model_parts& m, const std::string& device = {}) {
+  auto options = m.policy->options();
+  if (!device.empty())
+    options = options.device(kernels::tensor_options(device, "float32").device());
+  auto copy = std::make_shared<kernels::policy_model>(m.config, options);
   copy->flat().copy_(m.policy->flat());
   return copy;
 }
 
 }  // namespace
 
-model_parts make_model(const run_config& c) {
+std::vector<std::string> node_devices(const run_config& c, const node_spec& self) {
+  return self.devices.empty() ? std::vector<std::string>{c.model.device} : self.devices;
+}
+
+std::vector<std::string> replica_devices(const std::vector<std::string>& devices) {
+  if (devices.size() < 2 || devices.front() == "cpu")
+    return {};
+  return {devices.begin() + 1, devices.end()};
+}
+
+model_parts make_model(const run_config& c, const node_spec& self) {
   model_parts m;
-  // The parameters (float32 master weights) on model.device; refused here, before
-  // anything runs, where this LibTorch has no such device.
-  auto master = kernels::tensor_options(c.model.device, "float32");
+  // The parameters (float32 master weights) on the node's first device; refused
+  // here, before anything runs, where this LibTorch has none such. Every other
+  // device it names is checked too.
+  auto devices = node_devices(c, self);
+  for (auto& d : devices)
+    kernels::tensor_options(d, "float32");
+  auto master = kernels::tensor_options(devices.front(), "float32");
   auto data = std::make_shared<job_datasets>(read_datasets(c));
   if (!c.model.path.empty()) {
     auto tokenizer_file = fs::path{c.model.path} / "tokenizer.json";
@@ -153,13 +170,14 @@ std::unique_ptr<http_endpoint> start_endpoint(caf::actor_system& sys, const run_
 }
 
 std::vector<rollout_actor> spawn_rollout_workers(caf::actor_system& sys, const run_config& c, const model_parts& m,
+                                                 const std::vector<std::string>& devices,
                                                  std::shared_ptr<compute_share> share, std::shared_ptr<tracer> trace,
                                                  int64_t initial_version, const std::string& prefix) {
   std::vector<rollout_actor> rollouts;
   for (int64_t i = 0; i < c.rl.rollout_workers; ++i) {
     rollout_setup rs;
     rs.name = prefix + std::to_string(i);
-    rs.model = policy_copy(m);
+    rs.model = policy_copy(m, devices.empty() ? std::string{} : devices[static_cast<size_t>(i) % devices.size()]);
     rs.tokenizer = m.tokenizer;
     rs.engine = rollout_engine_config(c, m.config);
     rs.initial_version = initial_version;

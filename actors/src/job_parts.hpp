@@ -81,9 +81,16 @@ std::unique_ptr<tasks::task_source> training_source(const run_config& c, const m
 std::unique_ptr<tasks::task_source> demonstration_source(const run_config& c, const model_parts& m);
 std::vector<tasks::task_item> held_out_items(const run_config& c, const model_parts& m);
 
+/// Where a node computes: its `devices`, or else model.device alone.
+std::vector<std::string> node_devices(const run_config& c, const node_spec& self);
+/// The devices of a trainer's replicas besides its model's (the first of
+/// `devices`): the other GPUs. None on the CPU, whose replicas are its threads.
+std::vector<std::string> replica_devices(const std::vector<std::string>& devices);
+
 /// The configured model (model.path, or a preset initialized from the seed),
-/// its tokenizer and the checked data (check_inputs); throws job_error.
-model_parts make_model(const run_config& c);
+/// on the first of the node's devices, its tokenizer and the checked data
+/// (check_inputs); throws job_error.
+model_parts make_model(const run_config& c, const node_spec& self);
 /// The held-out prompts (eval.prompts of them).
 std::shared_ptr<eval_set> make_eval_set(const run_config& c, const model_parts& m);
 std::string by_difficulty_text(const eval_result& r);
@@ -99,7 +106,9 @@ std::string endpoint_api_key(const run_config& c);
 std::unique_ptr<http_endpoint> start_endpoint(caf::actor_system& sys, const run_config& c, const node_spec& self,
                                               const model_parts& m, const std::vector<rollout_actor>& rollouts,
                                               controller_actor controller, sample_store_actor store);
+/// rl.rollout_workers workers, worker i's model on devices[i mod their count].
 std::vector<rollout_actor> spawn_rollout_workers(caf::actor_system& sys, const run_config& c, const model_parts& m,
+                                                 const std::vector<std::string>& devices,
                                                  std::shared_ptr<compute_share> share, std::shared_ptr<tracer> trace,
                                                  int64_t initial_version, const std::string& prefix);
 
@@ -196,9 +205,11 @@ trainer_side start_trainer_side(caf::actor_system& sys, const run_config& c, con
                                 const std::string& run_dir, std::shared_ptr<tracer> trace);
 
 /// The supervised warm start (sft.*) of m.policy on `threads` cores (one model
-/// replica each); false when `stop` was set meanwhile.
+/// replica each) or, on GPUs, one replica on each of `devices`; false when
+/// `stop` was set meanwhile.
 /// `transcripts`: an agent run's chat demonstrations (else the task's own).
-bool warm_start(const run_config& c, model_parts& m, int threads, const std::atomic<bool>& stop,
-                progress_line& progress, const std::vector<kernels::sft_sample>& transcripts = {});
+bool warm_start(const run_config& c, model_parts& m, int threads, const std::vector<std::string>& devices,
+                const std::atomic<bool>& stop, progress_line& progress,
+                const std::vector<kernels::sft_sample>& transcripts = {});
 
 }  // namespace areal::job

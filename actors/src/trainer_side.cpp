@@ -67,6 +67,7 @@ trainer_side spawn_trainer_side(caf::actor_system& sys, const run_config& c, con
   trainer_setup ts;
   ts.model = m.policy;
   ts.config = rl_trainer_config(c);
+  ts.config.replica_devices = replica_devices(node_devices(c, s.node));
   if (rl.kl_coef > 0)
     ts.reference = reference_policy(s.run_dir, !s.resume_from.empty(), m);
   ts.shaping.bias = rl.reward_bias;
@@ -178,7 +179,7 @@ trainer_side start_trainer_side(caf::actor_system& sys, const run_config& c, con
                                 const std::string& run_dir, std::shared_ptr<tracer> trace) {
   auto threads = static_cast<int>(self.compute_threads);
   kernels::set_compute_threads(threads);
-  auto m = make_model(c);
+  auto m = make_model(c, self);
   auto start = kernels::policy_model::load(model_dir);
   if (start.flat().numel() != m.policy->flat().numel())
     throw job_error(model_dir + ": the model differs from the configured one; give every node the same configuration");

@@ -7,6 +7,7 @@
 #include <ATen/core/grad_mode.h>
 
 #if AREAL_CUDA_KERNELS
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
 #include "cuda/decode_kernels.cuh"
@@ -69,6 +70,7 @@ at::Tensor add_rms_norm(at::Tensor& x, const at::Tensor& delta, const at::Tensor
   require(!d.defined() || (d.sizes() == x.sizes() && d.scalar_type() == x.scalar_type()), "delta unlike x");
   require(w.numel() == x.size(1) && w.scalar_type() == x.scalar_type(), "weight unlike x's rows");
   auto out = at::empty_like(x);
+  c10::cuda::CUDAGuard on_device(x.device());  // a kernel launches on the current device
   cuda_launch::add_rms_norm(element_of(x), x.data_ptr(), d.defined() ? d.data_ptr() : nullptr, w.data_ptr(),
                             out.data_ptr(), x.size(0), x.size(1), static_cast<float>(eps), stream_of(x));
   check_launch("add_rms_norm");
@@ -90,6 +92,7 @@ at::Tensor rotary_to_cache(const at::Tensor& qkv, const at::Tensor& cos, const a
               cache_values.scalar_type() == qkv.scalar_type(),
           "caches must be contiguous and of qkv's type");
   auto q = at::empty({tokens, q_width}, qkv.options());
+  c10::cuda::CUDAGuard on_device(qkv.device());
   cuda_launch::rotary_to_cache(element_of(qkv), source.data_ptr(), c.data_ptr(), s.data_ptr(), rows.data_ptr<int64_t>(),
                                q.data_ptr(), cache_keys.data_ptr(), cache_values.data_ptr(), tokens, q_width, kv_width,
                                head_dim, stream_of(qkv));
@@ -108,6 +111,7 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& cache_keys, c
   require(query.size(1) == heads * head_dim && heads % kv_heads == 0 && head_dim <= 128, "q unlike the cache");
   require(batch <= cache_keys.size(0) && pos.scalar_type() == at::kLong && pos.numel() == batch, "positions");
   auto out = at::empty_like(query);
+  c10::cuda::CUDAGuard on_device(query.device());
   cuda_launch::decode_attention(element_of(query), query.data_ptr(), cache_keys.data_ptr(), cache_values.data_ptr(),
                                 pos.data_ptr<int64_t>(), out.data_ptr(), batch, heads, kv_heads, max_len, head_dim,
                                 static_cast<float>(scale), stream_of(query));
@@ -119,6 +123,7 @@ at::Tensor swiglu(const at::Tensor& gate_up) {
   auto source = gate_up.contiguous();
   auto tokens = source.size(0), inter = source.size(1) / 2;
   auto out = at::empty({tokens, inter}, source.options());
+  c10::cuda::CUDAGuard on_device(source.device());
   cuda_launch::swiglu(element_of(source), source.data_ptr(), out.data_ptr(), tokens, inter, stream_of(source));
   check_launch("swiglu");
   return out;

@@ -22,16 +22,22 @@ at::TensorOptions tensor_options(const std::string& device, const std::string& d
   if (device.rfind("cuda", 0) == 0) {
     if (!cuda_available())
       throw format_error(
-          "model device \"" + device +
-          "\" asked for, but this LibTorch build has no CUDA (or no GPU is visible); use model.device = \"cpu\"");
+          "device \"" + device +
+          "\" asked for (model.device, or a node's devices), but this LibTorch build has no CUDA (or no GPU is "
+          "visible); use \"cpu\"");
     int index = 0;
     if (device.size() > 5 && device[4] == ':')
       index = std::stoi(device.substr(5));
     else if (device != "cuda")
-      throw format_error("model device \"" + device + "\": write cuda or cuda:N");
+      throw format_error("device \"" + device + "\": write cuda or cuda:N");
+    auto count = static_cast<int>(torch::cuda::device_count());
+    if (index >= count)
+      throw format_error("device \"" + device + "\": this machine shows " + std::to_string(count) +
+                         " GPU(s), cuda:0 to cuda:" + std::to_string(count - 1) +
+                         " (CUDA_VISIBLE_DEVICES renumbers them); name one of those");
     return at::TensorOptions().dtype(type).device(at::Device(at::kCUDA, static_cast<at::DeviceIndex>(index)));
   }
-  throw format_error("model device \"" + device + "\" is not supported; use cpu or cuda[:N]");
+  throw format_error("device \"" + device + "\" is not supported; use cpu or cuda[:N]");
 }
 
 bool cuda_available() {

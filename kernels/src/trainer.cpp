@@ -1,6 +1,7 @@
 #include "areal/kernels/trainer.hpp"
 
 #include "areal/kernels/compute_threads.hpp"
+#include "areal/kernels/device.hpp"
 
 #include <ATen/Parallel.h>
 
@@ -62,6 +63,14 @@ trainer::trainer(policy_model& model, trainer_config config)
   adam_v_ = at::zeros({model_.flat().numel()}, opts);
   if (config_.optimizer.schedule != "constant" && config_.optimizer.schedule != "cosine")
     throw std::invalid_argument("optimizer schedule \"" + config_.optimizer.schedule + "\": use constant or cosine");
+  auto own = model_.flat().device();
+  for (auto& name : config_.replica_devices) {
+    auto device = tensor_options(name, "float32").device();  // throws where this LibTorch lacks it
+    if (device.is_cpu() != own.is_cpu())
+      throw std::invalid_argument("a replica on \"" + name + "\" beside a model on " + own.str() +
+                                  ": the replicas of a trainer are all on the CPU or all on GPUs");
+    replica_devices_.push_back(device);
+  }
 }
 
 double trainer::learning_rate() const {
@@ -123,9 +132,11 @@ at::Tensor trainer::micro_batch_logprobs(policy_model& model, const std::vector<
 }
 
 size_t trainer::replicas_now() const {
+  if (!replica_devices_.empty())
+    return 1 + replica_devices_.size();
   auto available = thread_count_ ? thread_count_() : config_.data_parallel;
   if (!model_.flat().device().is_cpu())
-    return 1;  // data-parallel replicas are a CPU device's way to use its cores
+    return 1;  // on one GPU, one replica; threads are a CPU's way to use its cores
   return static_cast<size_t>(std::max<int64_t>(1, available));
 }
 
@@ -141,8 +152,12 @@ void trainer::for_micro_batches(const std::vector<std::vector<size_t>>& micro_ba
       work(model_, mb, 0);
     return;
   }
-  while (replicas_.size() + 1 < replicas)
-    replicas_.push_back({std::make_unique<policy_model>(model_.config(), model_.flat().options()), -1, false});
+  while (replicas_.size() + 1 < replicas) {
+    auto options = model_.flat().options();
+    if (!replica_devices_.empty())
+      options = options.device(replica_devices_[replicas_.size()]);
+    replicas_.push_back({std::make_unique<policy_model>(model_.config(), options), -1, false});
+  }
   // The calling thread runs part 0 on one intra-op thread and gets its own count back after the pass
   // (left at one, a later pass of one micro-batch on this thread ran its products on one core).
   struct restore_threads {
@@ -152,6 +167,8 @@ void trainer::for_micro_batches(const std::vector<std::vector<size_t>>& micro_ba
   auto weights_version = model_.flat()._version();
   replica_threads_.run(replicas, [&](size_t k) {
     kernels::set_compute_threads(1);  // per thread: one core each
+    auto& model = k == 0 ? model_ : *replicas_[k - 1].model;
+    device_scope on_device(model.flat().device());  // its GPU's kernels launch there
     if (k > 0) {
       // Each replica's thread readies its own copy (the copies at once, not one after another on one core).
       // The work here is the replica threads' alone: measured on the demo, copying the weights for every
@@ -171,7 +188,6 @@ void trainer::for_micro_batches(const std::vector<std::vector<size_t>>& micro_ba
       }
     }
     c10::AutoGradMode mode(with_grad);  // grad mode is per thread too
-    auto& model = k == 0 ? model_ : *replicas_[k - 1].model;
     for (size_t i = k; i < micro_batches.size(); i += replicas)
       work(model, micro_batches[i], k);
   });
@@ -184,7 +200,7 @@ void trainer::for_micro_batches(const std::vector<std::vector<size_t>>& micro_ba
       auto sum = model_.flat_grad().narrow(0, begin, end - begin);
       for (size_t r = 0; r + 1 < replicas; ++r) {
         auto part = replicas_[r].model->flat_grad().narrow(0, begin, end - begin);
-        sum.add_(part);
+        sum.add_(part.to(sum.device()));  // from another GPU: a copy first
         part.zero_();
       }
     });

@@ -249,7 +249,7 @@ void check_table(toml::table& table, const settings::section& section, const std
           wrong_type();
           break;
         }
-        if (node->as_array()->empty())
+        if (node->as_array()->empty() && f.required)
           ctx.fail(ctx.where(node), path, "must not be empty; use one or more of: " + list(f.one_of));
         for (auto& item : *node->as_array()) {
           if (!item.is_string())
@@ -431,6 +431,54 @@ void check_rules(toml::table& root, context& ctx) {
   } else if (!(kind && *kind == "agent") && root["agent"]["command"].value<std::string>().value_or("-") != "-") {
     ctx.fail(ctx.where(root["agent"]["command"].node()), "agent.command",
              "an agent program drives agent runs only; set task.kind = \"agent\" or remove agent.command");
+  }
+
+  // A node's devices: spelled as model.device, one kind, each once, all used.
+  auto workers = root["rl"]["rollout_workers"].value<int64_t>().value_or(1);
+  for (size_t i = 0; ctx.errors.empty() && i < nodes->size(); ++i) {
+    auto* t = (*nodes)[i].as_table();
+    auto* list = t ? (*t)["devices"].as_array() : nullptr;
+    if (!list || list->empty())
+      continue;
+    auto key = "nodes[" + std::to_string(i) + "].devices";
+    auto at = ctx.where(list);
+    std::vector<std::string> seen;
+    bool cpu = false, gpu = false;
+    for (auto& item : *list) {
+      auto d = item.value<std::string>().value_or("");
+      if (!valid_device_name(d)) {
+        ctx.fail(ctx.where(&item), key,
+                 "\"" + d + "\" is no device; use \"cpu\", \"cuda\" or \"cuda:N\" (N: the GPU's index)");
+        continue;
+      }
+      (d == "cpu" ? cpu : gpu) = true;
+      auto same = d == "cuda" ? "cuda:0" : d;
+      if (std::find(seen.begin(), seen.end(), same) != seen.end())
+        ctx.fail(ctx.where(&item), key,
+                 "\"" + d +
+                     "\" is listed twice; list each device once (a trainer puts one replica on each; "
+                     "rollout workers take them in turn, so raise rl.rollout_workers to run several on one)");
+      seen.push_back(same);
+    }
+    if (cpu && gpu)
+      ctx.fail(at, key,
+               "mixes the CPU with GPUs; a node's replicas and workers are on one kind of device: list GPUs only");
+    bool trainer = false, rollout = false;
+    if (auto* roles = (*t)["roles"].as_array())
+      for (auto& r : *roles) {
+        trainer = trainer || r.value<std::string>() == "trainer";
+        rollout = rollout || r.value<std::string>() == "rollout";
+      }
+    auto count = static_cast<int64_t>(list->size());
+    if (!trainer && !rollout)
+      ctx.fail(at, key,
+               "this node has neither the \"trainer\" nor the \"rollout\" role, so nothing would run on its devices; "
+               "remove devices (model.device places what else computes)");
+    else if (!trainer && workers < count)
+      ctx.fail(at, key,
+               std::to_string(count) + " devices and rl.rollout_workers = " + std::to_string(workers) + ": " +
+                   std::to_string(count - workers) + " of them would run nothing; set rl.rollout_workers = " +
+                   std::to_string(count) + " (a multiple runs several on each), or list " + std::to_string(workers));
   }
 
   // One node trains: the controller's, or a node of its own.

@@ -256,31 +256,29 @@ std::vector<section> make_table() {
            in("truncated_fraction", &c::task, &task_spec::truncated_fraction, 0, 1,
               "running sums: share of SFT demonstrations that stop one partial sum short (RL teaches to finish)"),
        }});
-  auto body = base("max_body_kb", kind::integer, 1, 1048576, {},
-                   "largest request body; a larger one is answered 413");
+  auto body = base("max_body_kb", kind::integer, 1, 1048576, {}, "largest request body; a larger one is answered 413");
   body.get = [](const run_config& x) { return value{static_cast<int64_t>(x.endpoint.max_body_bytes / 1024)}; };
   body.set = [](run_config& x, const toml::node& n) { x.endpoint.max_body_bytes = from_node<uint64_t>(n) * 1024; };
-  t.push_back(
-      {"endpoint",
-       false,
-       "The OpenAI-compatible HTTP endpoint of rollout nodes (a node's http_port turns it on).",
-       {
-           text("model_name", &c::endpoint, &endpoint_spec::model_name,
-                "the model id clients name in requests and GET /v1/models lists"),
-           optional_path("api_key_file", &c::endpoint, &endpoint_spec::api_key_file,
-                         "file holding the API key clients send as \"Authorization: Bearer KEY\" (- : none; "
-                         "required when http_host is not a loopback address)"),
-           body,
-           in("request_timeout_s", &c::endpoint, &endpoint_spec::request_timeout_s, 0.1, 86400,
-              "deadline of one model call; past it the call is answered 503 and its generation stopped"),
-           in("max_pending", &c::endpoint, &endpoint_spec::max_pending, 1, 1e6,
-              "model calls generating or waiting at once; more are answered 429"),
-           in("threads", &c::endpoint, &endpoint_spec::threads, 1, 4096,
-              "connections served at once (each waits for its generation); more wait for a free one"),
-           in("episode_timeout_s", &c::endpoint, &endpoint_spec::episode_timeout_s, 1, 86400 * 7,
-              "an episode not ended within this is dropped with the reason; a task's group not filled by "
-              "then is dropped"),
-       }});
+  t.push_back({"endpoint",
+               false,
+               "The OpenAI-compatible HTTP endpoint of rollout nodes (a node's http_port turns it on).",
+               {
+                   text("model_name", &c::endpoint, &endpoint_spec::model_name,
+                        "the model id clients name in requests and GET /v1/models lists"),
+                   optional_path("api_key_file", &c::endpoint, &endpoint_spec::api_key_file,
+                                 "file holding the API key clients send as \"Authorization: Bearer KEY\" (- : none; "
+                                 "required when http_host is not a loopback address)"),
+                   body,
+                   in("request_timeout_s", &c::endpoint, &endpoint_spec::request_timeout_s, 0.1, 86400,
+                      "deadline of one model call; past it the call is answered 503 and its generation stopped"),
+                   in("max_pending", &c::endpoint, &endpoint_spec::max_pending, 1, 1e6,
+                      "model calls generating or waiting at once; more are answered 429"),
+                   in("threads", &c::endpoint, &endpoint_spec::threads, 1, 4096,
+                      "connections served at once (each waits for its generation); more wait for a free one"),
+                   in("episode_timeout_s", &c::endpoint, &endpoint_spec::episode_timeout_s, 1, 86400 * 7,
+                      "an episode not ended within this is dropped with the reason; a task's group not filled by "
+                      "then is dropped"),
+               }});
   t.push_back(
       {"agent",
        false,
@@ -430,6 +428,16 @@ std::vector<section> make_table() {
     for (auto& r : *x.as_array())
       n.roles.push_back(*parse_role(r.value_or(std::string{})));
   };
+  auto devices = base("devices", kind::string_list, -inf, inf, {},
+                      "the node's devices (\"cpu\", \"cuda\" or \"cuda:N\"), instead of model.device: its trainer's "
+                      "data-parallel replicas one on each (on the CPU, one per compute thread), its rollout workers "
+                      "on them in turn (worker i on entry i mod the count); [] : model.device");
+  devices.get_node = [](const node_spec& n) { return value{n.devices}; };
+  devices.set_node = [](node_spec& n, const toml::node& x) {
+    n.devices.clear();
+    for (auto& d : *x.as_array())
+      n.devices.push_back(d.value_or(std::string{}));
+  };
   t.push_back(
       {"nodes",
        true,
@@ -440,6 +448,7 @@ std::vector<section> make_table() {
            node_key("port", &node_spec::port, 0, 65535, "TCP port (0: no listening; only for a single-node topology)"),
            roles,
            node_key("compute_threads", &node_spec::compute_threads, 1, 1024, "threads for LibTorch work on this node"),
+           devices,
            node_key("http_port", &node_spec::http_port, 0, 65535,
                     "port of the node's OpenAI-compatible endpoint (rollout nodes; 0: none)"),
            node_key("http_host", &node_spec::http_host, -inf, inf,

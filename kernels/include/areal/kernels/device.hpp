@@ -5,6 +5,7 @@
 #include <string>
 
 #include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
 
 namespace areal::kernels {
 
@@ -12,6 +13,18 @@ namespace areal::kernels {
 /// "float32", "bfloat16" or "float16". Throws format_error saying what is
 /// unavailable and what to use instead.
 at::TensorOptions tensor_options(const std::string& device, const std::string& dtype);
+
+/// Makes a GPU the calling thread's current device while it lives, as a thread
+/// computing on it needs (kernels launch on the current device); on the CPU,
+/// nothing.
+class device_scope {
+ public:
+  explicit device_scope(const at::Device& device)
+      : guard_(device.is_cpu() ? c10::optional<at::Device>{} : c10::optional<at::Device>{device}) {}
+
+ private:
+  c10::OptionalDeviceGuard guard_;
+};
 
 /// Whether this LibTorch was built with CUDA and sees at least one GPU.
 bool cuda_available();

@@ -14,7 +14,8 @@
 // one optimizer step follows. On CPU the micro-batches of a pass can run on
 // several threads at once, each on its own copy of the parameters with one
 // intra-op thread (data_parallel, or set_thread_count); their gradients are
-// summed, equal to the serial ones up to rounding.
+// summed, equal to the serial ones up to rounding. On GPUs the replicas are one
+// per device (replica_devices), each pass's gradients summed on the model's.
 #pragma once
 
 #include <cstdint>
@@ -67,6 +68,12 @@ struct trainer_config {
   /// on these small products). 1: one micro-batch at a time. Overridden by
   /// set_thread_count when that is set.
   int64_t data_parallel = 1;
+  /// The devices of replicas 1, 2, ... (replica 0 is the model on its own
+  /// device), "cuda:N" each: one replica per GPU, their gradients summed on the
+  /// model's device. Set, the replicas are these whatever the thread count
+  /// (entries "cpu" give CPU replicas, as tests use); empty: on the CPU one
+  /// replica per thread, on a GPU the model alone.
+  std::vector<std::string> replica_devices;
 };
 
 struct rl_sample {
@@ -149,6 +156,8 @@ class trainer {
   /// are shared between training and generation changes it as the other side
   /// becomes busy or idle). Unset: config().data_parallel.
   void set_thread_count(std::function<int()> threads) { thread_count_ = std::move(threads); }
+  /// The data-parallel replicas a pass runs on now (the model's own included).
+  size_t replica_count() const { return replicas_now(); }
 
  private:
   struct sequence_ref {
@@ -199,6 +208,7 @@ class trainer {
     int64_t weights_version = -1;
     bool grad_zero = false;
   };
+  std::vector<at::Device> replica_devices_;  // config_.replica_devices, read
   std::vector<replica_copy> replicas_;
   replica_threads replica_threads_;  // the threads replicas 1.. run on
 };

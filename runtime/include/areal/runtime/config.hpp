@@ -28,6 +28,9 @@ struct node_spec {
   uint16_t port = 0;  // 0: does not listen (allowed for a single-node topology only)
   std::vector<role> roles;
   uint32_t compute_threads = 1;
+  // The devices of this node's trainer replicas and rollout workers (see the
+  // `devices` key in settings.cpp); empty: model.device.
+  std::vector<std::string> devices;
   uint16_t http_port = 0;               // the OpenAI-compatible endpoint (rollout nodes); 0: none
   std::string http_host = "127.0.0.1";  // where it listens; beyond loopback it needs endpoint.api_key_file
   bool has(role x) const;
@@ -52,8 +55,8 @@ struct run_spec {
   std::string name = "areal-run";
   std::string output_dir = "runs";
   uint64_t seed = 1;
-  double hold_s = 0;        // probe job: the controller keeps the run up this long once every node joined
-  bool probe_only = false;  // job = "probe": a connectivity check instead of the RL run
+  double hold_s = 0;            // probe job: the controller keeps the run up this long once every node joined
+  bool probe_only = false;      // job = "probe": a connectivity check instead of the RL run
   uint16_t dashboard_port = 0;  // the live dashboard on 127.0.0.1 (the controller node); 0: none
 };
 
@@ -93,10 +96,10 @@ struct endpoint_spec {
 /// with the endpoint's address in its environment, to write demonstrations,
 /// to run the held-out episodes and to run the training episodes.
 struct agent_spec {
-  std::string command;         // the program and its arguments (split at spaces); empty: agents come from outside
-  int64_t demos = 0;           // chat transcripts it writes for the warm start (sft.steps > 0)
-  int64_t eval_episodes = 0;   // held-out episodes before and after RL; 0: none
-  double wait_s = 600;         // longest one phase of it (demos, an evaluation) may take
+  std::string command;        // the program and its arguments (split at spaces); empty: agents come from outside
+  int64_t demos = 0;          // chat transcripts it writes for the warm start (sft.steps > 0)
+  int64_t eval_episodes = 0;  // held-out episodes before and after RL; 0: none
+  double wait_s = 600;        // longest one phase of it (demos, an evaluation) may take
 };
 
 struct task_spec {
