@@ -524,7 +524,7 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
     summary["endpoint"] = endpoint_record;
   output("summary.json", [&] { write_file_atomically(options.run_dir / "summary.json", summary.dump(2) + "\n"); });
   if (result.accuracy_before >= 0 && result.accuracy_after >= 0)
-    spdlog::info("held-out accuracy: {:.1f}% before RL -> {:.1f}% after RL ({:+.1f} points); {} steps in {:.0f} s",
+    spdlog::info("held-out accuracy: {:.1f}% before RL -> {:.1f}% after RL ({:+.1f} points); {} steps in {:.1f} s",
                  100 * result.accuracy_before, 100 * result.accuracy_after,
                  100 * (result.accuracy_after - result.accuracy_before), s.steps, result.rl_seconds);
   std::vector<std::string> present;

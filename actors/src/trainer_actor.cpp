@@ -34,10 +34,15 @@ local_weights current_weights(trainer_pointer self) {
   auto& st = self->state;
   if (!st.snapshot) {
     tracer::scope span{st.setup.trace.get(), "trainer", "weight sync"};
-    // In host memory, whatever model.device: the weight links send host bytes,
-    // and a rollout engine copies them onto its own device.
+    // For a publisher in host memory: its links send host bytes, and an engine
+    // copies them onto its own device. Without one every reader is in this
+    // process (the rollout workers, the evaluator) and copies the snapshot into
+    // a model of its own: it stays on the model's device, so that on GPUs the
+    // version moves device to device (no round trip through the host), at the
+    // cost of a second copy of the weights there.
     auto& flat = st.setup.model->flat();
-    st.snapshot = std::make_shared<const at::Tensor>(flat.detach().to(flat.options().device(at::kCPU), false, true));
+    auto device = st.setup.publisher ? at::Device(at::kCPU) : flat.device();
+    st.snapshot = std::make_shared<const at::Tensor>(flat.detach().to(flat.options().device(device), false, true));
   }
   return {st.trainer->policy_version(), st.snapshot};
 }
