@@ -116,6 +116,8 @@ case "$tests_result" in
   *) tests_result=failed; tail -n 30 "$work/test_device.log" >&2 ;;
 esac
 say "test_device on $device: $tests_result"
+# What a case could not check here (e.g. replicas on GPUs of their own, with one GPU), as its MESSAGE says.
+test_notes=$(sed -n 's/.*MESSAGE: //p' "$work/test_device.log" | tr -d '"\\' | paste -sd ';' -)
 timeout 300 "$build/bench/bench_device" --device "$device" "${quick[@]}" --json "$work/bench_device.json" | tee "$work/bench_device.log" >&2 ||
   fail "bench_device failed (its output: $work/bench_device.log)"
 
@@ -125,6 +127,7 @@ finished=$(date +%s)
   echo "  \"device\": \"$device\","
   echo "  \"torch_dir\": \"$torch_dir\","
   echo "  \"test_device\": \"$tests_result\","
+  echo "  \"test_device_not_checked\": \"$test_notes\","
   echo "  \"build_seconds\": $((built - started)),"
   echo "  \"seconds\": $((finished - started)),"
   echo "  \"not_run\": {\"nccl_transfer\": \"needs two GPUs (NCCL refuses two ranks on one GPU); (d) measures the host staging\", \"async_vs_sync\": \"the RL job runs on the CPU only in this build (model.device)\"},"
