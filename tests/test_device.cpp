@@ -166,6 +166,42 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("an engine on a GPU other than the thread's current one generates what it does on the current one") {
+  // A node's rollout worker i runs on its devices[i mod n] from any thread: the
+  // fused kernels and the graphs must launch on their tensors' GPU, not on the
+  // thread's current one (cuda:0 here).
+  if (device_name() == "cpu" || torch::cuda::device_count() < 2) {
+    MESSAGE("fewer than two GPUs: an engine on a GPU other than the current one not checked");
+    return;
+  }
+  auto generate = [](const std::string& device, bool graphs) {
+    policy_model model(device_model(), tensor_options(device, "float32"));
+    model.init_random(11, 0.15);
+    engine_config ec{4, 256, 16};
+    ec.cuda_graphs = graphs;
+    generation_engine engine(model, ec);
+    for (int i = 0; i < 5; ++i) {
+      generation_job j;
+      j.id = static_cast<uint64_t>(i);
+      j.prompt = prompt_of(i);
+      j.sampling.max_new_tokens = 12 + 5 * static_cast<uint32_t>(i);
+      j.sampling.greedy = true;
+      engine.submit(j);
+    }
+    auto outs = engine.run_to_completion();
+    std::sort(outs.begin(), outs.end(), [](auto& a, auto& b) { return a.id < b.id; });
+    return outs;
+  };
+  for (bool graphs : {false, true}) {
+    INFO("graphs " << graphs);
+    auto here = generate("cuda:0", graphs);
+    auto there = generate("cuda:1", graphs);
+    REQUIRE(here.size() == there.size());
+    for (size_t i = 0; i < here.size(); ++i)
+      CHECK(here[i].tokens == there[i].tokens);
+  }
+}
+
 TEST_CASE("the sampler on the device draws what the CPU loop draws") {
   auto logits = at::randn({64, 300}, at::TensorOptions().dtype(at::kFloat)) * 2.0;
   std::vector<sampling_params> kinds(3);

@@ -130,7 +130,7 @@ finished=$(date +%s)
   echo "  \"test_device_not_checked\": \"$test_notes\","
   echo "  \"build_seconds\": $((built - started)),"
   echo "  \"seconds\": $((finished - started)),"
-  echo "  \"not_run\": {\"nccl_transfer\": \"needs two GPUs (NCCL refuses two ranks on one GPU); (d) measures the host staging\", \"async_vs_sync\": \"the RL job runs on the CPU only in this build (model.device)\"},"
+  echo "  \"not_run\": {\"nccl_transfer\": \"needs two GPUs (NCCL refuses two ranks on one GPU); (d) measures the host staging\", \"async_vs_sync\": \"the device check builds no RL job (only messages, runtime, kernels and these two programs)\"},"
   echo "  \"bench_device\": $(cat "$work/bench_device.json")"
   echo "}"
 } >"$work/check.json"
