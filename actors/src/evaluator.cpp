@@ -1,7 +1,7 @@
 // The evaluator actor: greedy decoding of the held-out prompts with the weights it is given (see evaluator.hpp).
 #include "areal/actors/evaluator.hpp"
-#include "areal/kernels/compute_threads.hpp"
 #include "areal/actors/exception_guard.hpp"
+#include "areal/kernels/compute_threads.hpp"
 
 #include <ATen/Parallel.h>
 
@@ -68,7 +68,8 @@ evaluator_actor spawn_evaluator(caf::actor_system& sys, evaluator_setup setup) {
           evaluator_actor::stateful_pointer<evaluator_state> self) mutable -> evaluator_actor::behavior_type {
         guard_exceptions(self, "evaluator");
         self->state.setup = std::move(setup);
-        self->state.model = std::make_unique<kernels::policy_model>(self->state.setup.model);
+        self->state.model =
+            std::make_unique<kernels::policy_model>(self->state.setup.model, self->state.setup.model_options);
         return {
             [self](eval_atom, local_weights& w) -> caf::result<int64_t, double, double> {
               auto& st = self->state;

@@ -45,7 +45,7 @@ void evaluate_final(caf::scoped_actor& self, const trainer_side& side, bool remo
   self->request(side.trainer, std::chrono::seconds(60), weights_atom::value)
       .receive(
           [&](local_weights& w) {
-            kernels::policy_model final_model(m.config);
+            kernels::policy_model final_model(m.config, m.policy->options());
             final_model.flat().copy_(*w.flat);
             auto r = evaluate_policy(final_model, *m.tokenizer, evals, eo);
             if (r.stopped) {

@@ -57,6 +57,7 @@ trainer_side spawn_trainer_side(caf::actor_system& sys, const run_config& c, con
   if (s.evals && !s.evals->prompts.empty()) {
     evaluator_setup es;
     es.model = m.config;
+    es.model_options = m.policy->options();
     es.tokenizer = m.tokenizer;
     es.set = s.evals;
     es.options = make_eval_options(c, m);

@@ -48,6 +48,7 @@ eval_result evaluate_policy(kernels::policy_model& model, const kernels::tokeniz
 
 struct evaluator_setup {
   kernels::model_config model;
+  at::TensorOptions model_options = at::TensorOptions().dtype(at::kFloat);  // its model copy: the trainer's device
   std::shared_ptr<const kernels::tokenizer> tokenizer;
   std::shared_ptr<const eval_set> set;
   eval_options options;
