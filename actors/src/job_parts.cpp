@@ -50,9 +50,9 @@ model_parts make_model(const run_config& c, const node_spec& self) {
   // here, before anything runs, where this LibTorch has none such. Every other
   // device it names is checked too.
   auto devices = node_devices(c, self);
-  for (auto& d : devices)
-    kernels::tensor_options(d, "float32");
   auto master = kernels::tensor_options(devices.front(), "float32");
+  for (size_t i = 1; i < devices.size(); ++i)
+    kernels::tensor_options(devices[i], "float32");
   auto data = std::make_shared<job_datasets>(read_datasets(c));
   if (!c.model.path.empty()) {
     auto tokenizer_file = fs::path{c.model.path} / "tokenizer.json";
@@ -170,14 +170,15 @@ std::unique_ptr<http_endpoint> start_endpoint(caf::actor_system& sys, const run_
 }
 
 std::vector<rollout_actor> spawn_rollout_workers(caf::actor_system& sys, const run_config& c, const model_parts& m,
-                                                 const std::vector<std::string>& devices,
-                                                 std::shared_ptr<compute_share> share, std::shared_ptr<tracer> trace,
-                                                 int64_t initial_version, const std::string& prefix) {
+                                                 const node_spec& self, std::shared_ptr<compute_share> share,
+                                                 std::shared_ptr<tracer> trace, int64_t initial_version,
+                                                 const std::string& prefix) {
+  auto devices = node_devices(c, self);
   std::vector<rollout_actor> rollouts;
   for (int64_t i = 0; i < c.rl.rollout_workers; ++i) {
     rollout_setup rs;
     rs.name = prefix + std::to_string(i);
-    rs.model = policy_copy(m, devices.empty() ? std::string{} : devices[static_cast<size_t>(i) % devices.size()]);
+    rs.model = policy_copy(m, devices[static_cast<size_t>(i) % devices.size()]);
     rs.tokenizer = m.tokenizer;
     rs.engine = rollout_engine_config(c, m.config);
     rs.initial_version = initial_version;

@@ -106,11 +106,11 @@ std::string endpoint_api_key(const run_config& c);
 std::unique_ptr<http_endpoint> start_endpoint(caf::actor_system& sys, const run_config& c, const node_spec& self,
                                               const model_parts& m, const std::vector<rollout_actor>& rollouts,
                                               controller_actor controller, sample_store_actor store);
-/// rl.rollout_workers workers, worker i's model on devices[i mod their count].
+/// rl.rollout_workers workers, worker i's model on the node's devices[i mod their count].
 std::vector<rollout_actor> spawn_rollout_workers(caf::actor_system& sys, const run_config& c, const model_parts& m,
-                                                 const std::vector<std::string>& devices,
-                                                 std::shared_ptr<compute_share> share, std::shared_ptr<tracer> trace,
-                                                 int64_t initial_version, const std::string& prefix);
+                                                 const node_spec& self, std::shared_ptr<compute_share> share,
+                                                 std::shared_ptr<tracer> trace, int64_t initial_version,
+                                                 const std::string& prefix);
 
 /// The weight subscription of this node's rollout workers to a (remote) publisher.
 weight_subscriber_setup rollout_subscription(const run_config& c, const node_spec& self, caf::actor publisher,
@@ -205,11 +205,10 @@ trainer_side start_trainer_side(caf::actor_system& sys, const run_config& c, con
                                 const std::string& run_dir, std::shared_ptr<tracer> trace);
 
 /// The supervised warm start (sft.*) of m.policy on `threads` cores (one model
-/// replica each) or, on GPUs, one replica on each of `devices`; false when
-/// `stop` was set meanwhile.
+/// replica each) or, on GPUs, one replica on each of the node's devices; false
+/// when `stop` was set meanwhile.
 /// `transcripts`: an agent run's chat demonstrations (else the task's own).
-bool warm_start(const run_config& c, model_parts& m, int threads, const std::vector<std::string>& devices,
-                const std::atomic<bool>& stop, progress_line& progress,
-                const std::vector<kernels::sft_sample>& transcripts = {});
+bool warm_start(const run_config& c, model_parts& m, int threads, const node_spec& self, const std::atomic<bool>& stop,
+                progress_line& progress, const std::vector<kernels::sft_sample>& transcripts = {});
 
 }  // namespace areal::job

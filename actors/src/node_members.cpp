@@ -155,8 +155,8 @@ node_members_actor spawn_node_members(caf::actor_system& sys, const run_config& 
         auto m = make_model(config, self_spec);
         st.model_bytes = static_cast<uint64_t>(m.policy->flat().nbytes());
         auto share = std::make_shared<compute_share>(threads, true, 1);
-        st.rollouts = spawn_rollout_workers(self->system(), config, m, node_devices(config, self_spec), share, trace, 0,
-                                            self_spec.name + "/rollout-");
+        st.rollouts =
+            spawn_rollout_workers(self->system(), config, m, self_spec, share, trace, 0, self_spec.name + "/rollout-");
         kernels::release_compute_threads();  // this thread is done computing (compute_share.hpp)
         for (auto& r : st.rollouts)
           self->link_to(r);

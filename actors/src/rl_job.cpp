@@ -117,7 +117,7 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
   }
   if (!resume && c.sft.steps > 0) {
     auto start = clock_type::now();
-    if (!warm_start(c, m, options.compute_threads, node_devices(c, options.self), stop, progress, transcripts)) {
+    if (!warm_start(c, m, options.compute_threads, options.self, stop, progress, transcripts)) {
       result.why = "stopped during the warm start; nothing to resume";
       spdlog::info("{}", result.why);
       return result;
@@ -150,8 +150,7 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
   bool multi_node = static_cast<bool>(options.node);
   std::vector<rollout_actor> rollouts;
   if (!multi_node || options.self.has(role::rollout))
-    rollouts = spawn_rollout_workers(sys, c, m, node_devices(c, options.self), share, trace,
-                                     resume ? resume->version : 0, "rollout-");
+    rollouts = spawn_rollout_workers(sys, c, m, options.self, share, trace, resume ? resume->version : 0, "rollout-");
   // The trainer side: in this process, or on the node with the trainer role.
   bool remote_trainer = multi_node && !options.self.has(role::trainer);
   int64_t initial_version = resume ? resume->version : 0;

@@ -47,9 +47,8 @@ void progress_line::close() {
 
 // -- supervised warm start ----------------------------------------------------
 
-bool warm_start(const run_config& c, model_parts& m, int threads, const std::vector<std::string>& devices,
-                const std::atomic<bool>& stop, progress_line& progress,
-                const std::vector<kernels::sft_sample>& transcripts) {
+bool warm_start(const run_config& c, model_parts& m, int threads, const node_spec& self, const std::atomic<bool>& stop,
+                progress_line& progress, const std::vector<kernels::sft_sample>& transcripts) {
   kernels::trainer_config tc;
   tc.optimizer.lr = c.sft.lr;
   tc.optimizer.warmup_steps = c.sft.warmup_steps;
@@ -60,7 +59,7 @@ bool warm_start(const run_config& c, model_parts& m, int threads, const std::vec
   // A replica per core, as the RL trainer runs: on these small products one thread per core
   // beats intra-op threads, and OpenBLAS's threaded products wait for each other in sched_yield.
   tc.data_parallel = threads;
-  tc.replica_devices = replica_devices(devices);
+  tc.replica_devices = replica_devices(node_devices(c, self));
   kernels::trainer sft(*m.policy, tc);
   // Chat transcripts (an agent run's) in their order, again and again; else the task's demonstrations.
   auto source = transcripts.empty() ? demonstration_source(c, m) : nullptr;
