@@ -60,8 +60,9 @@ TEST_CASE("a run killed between two checkpoints resumes its work in flight: no s
   // Staleness 16: the admission gate stays open while each checkpoint is
   // written, so the engine is mid-generation at every one (at 4 it had
   // caught up with the gate in 2-4 of 10 runs, all four tries included).
-  auto args = [](std::vector<std::string> more) {
-    more.insert(more.begin(), {"--set", "rl.checkpoint_every=1", "--set", "rl.record_trajectories=true", "--set",
+  constexpr size_t batch = 16;
+  auto args = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), {"--set", "rl.batch_size=" + std::to_string(batch), "--set", "rl.checkpoint_every=1", "--set", "rl.record_trajectories=true", "--set",
                                "rl.max_new_tokens=64", "--set", "rl.eta=16", "--set", "rl.rollout_slots=4", "--set",
                                "eval.prompts=0"});
     return ci_sized_default(more);
@@ -103,7 +104,11 @@ TEST_CASE("a run killed between two checkpoints resumes its work in flight: no s
       CHECK(trained_before.emplace(t["group"].get<uint64_t>(), t["index"].get<uint32_t>()).second);
   REQUIRE(static_cast<int64_t>(trained_before.size()) == saved->trained);
 
-  node_process resumed(args({"--set", "rl.steps=" + std::to_string(saved->version + 8), "--resume"}),
+  // Enough steps to train every saved sample and two batches more: at
+  // staleness 16 a checkpoint can hold over 8 batches scored, queued ahead of
+  // the generations it saved (with a fixed 8 more steps those were never reached).
+  auto steps = saved->version + static_cast<int64_t>((saved->saved.size() + batch - 1) / batch) + 2;
+  node_process resumed(args({"--set", "rl.steps=" + std::to_string(steps), "--resume"}),
                        dir.path / "resumed.log", dir.path);
   REQUIRE_MESSAGE(resumed.wait_exit(180s) == 0, resumed.log());
   CHECK(resumed.log().find("the checkpoint saved the work of " + std::to_string(saved->saved.size()) + " sample(s)") !=
