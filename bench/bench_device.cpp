@@ -9,7 +9,8 @@
 //       values) over the measured device copy rate ((read + write) bytes / s);
 //       on a GPU also op by op, in CUDA graphs and eagerly, for the ratios;
 //   (c) PPO training tokens/s, its model FLOP rate against the measured
-//       bfloat16 GEMM rate (FLOPs as bench_common.hpp's forward_flops, x3);
+//       bfloat16 GEMM rate (FLOPs as bench_common.hpp's forward_flops, x3),
+//       and the step's parts timed alone (forward, body, backward, optimizer);
 //   (d) on a GPU, the host staging of a weight transfer (device -> pinned host
 //       -> device), the part of the host-staged path besides Gloo
 //       (bench_weight_sync measures Gloo itself).
@@ -199,6 +200,7 @@ decode_figures decode_rate(policy_model& model, int64_t batch, int64_t prompt, u
 // the LM head over the batch, and sampling (its one host round trip included).
 struct step_parts {
   double forward_s = 0, lm_head_s = 0, sampling_s = 0;
+  double sampling_op_by_op_s = 0;  // with the fused kernels off (0 where none is built)
 };
 
 step_parts time_step_parts(policy_model& model, int64_t batch, int64_t context) {
@@ -231,6 +233,11 @@ step_parts time_step_parts(policy_model& model, int64_t batch, int64_t context) 
   std::vector<const areal::sampling_params*> params(static_cast<size_t>(batch), &plain);
   std::vector<double> uniforms(static_cast<size_t>(batch), 0.5);
   parts.sampling_s = timed([&] { sample_rows(logits, params, uniforms); });
+  if (cuda_kernels_built() && device.is_cuda()) {
+    set_cuda_kernels(false);
+    parts.sampling_op_by_op_s = timed([&] { sample_rows(logits, params, uniforms); });
+    set_cuda_kernels(true);
+  }
   return parts;
 }
 
@@ -327,6 +334,11 @@ int main(int argc, char** argv) {
       row["forward_ms"] = parts.forward_s * 1e3;
       row["lm_head_ms"] = parts.lm_head_s * 1e3;
       row["sampling_ms"] = parts.sampling_s * 1e3;
+      if (parts.sampling_op_by_op_s > 0) {
+        std::cout << "    sampling op by op (ATen) " << parts.sampling_op_by_op_s * 1e3 << " ms: the fused sampler is "
+                  << parts.sampling_op_by_op_s / parts.sampling_s << "x faster\n";
+        row["sampling_op_by_op_ms"] = parts.sampling_op_by_op_s * 1e3;
+      }
       if (f.graph_replays > 0) {
         set_cuda_kernels(false);
         auto graphs_only = decode_rate(model, batch, prompt, new_tokens, copy, true);
@@ -384,6 +396,55 @@ int main(int argc, char** argv) {
     out["training"] = {{"trained_tokens_per_s", tokens / seconds},
                        {"model_tflops", rate / 1e12},
                        {"fraction_of_bf16_gemm", rate / bf16_gemm}};
+
+    // Where the step's time goes, each part timed alone on the same batch: the
+    // forward pass without gradient as the proximal pass runs it (the body,
+    // the LM head and the log-probabilities), the body alone on the same
+    // micro-batches, forward and backward (ppo_gradients: no optimizer step),
+    // and the optimizer step as the rest of ppo_update.
+    auto time_of = [&](auto&& work) {
+      work();
+      synchronize(device);
+      auto begin = clock_type::now();
+      for (int i = 0; i < steps; ++i)
+        work();
+      synchronize(device);
+      return seconds_since(begin) / steps;
+    };
+    auto per_mb = std::max<int64_t>(1, tc.max_tokens_per_mb / (prompt + response));
+    std::vector<std::pair<at::Tensor, std::vector<int64_t>>> micro_batches;
+    for (int first = 0; first < count; first += static_cast<int>(per_mb)) {
+      std::vector<int64_t> ids, cu{0};
+      for (int i = first; i < std::min<int>(count, first + static_cast<int>(per_mb)); ++i) {
+        for (auto* part : {&batch[static_cast<size_t>(i)].prompt, &batch[static_cast<size_t>(i)].response})
+          ids.insert(ids.end(), part->begin(), part->end());
+        cu.push_back(static_cast<int64_t>(ids.size()));
+      }
+      micro_batches.emplace_back(at::tensor(ids).to(device), cu);
+    }
+    double forward_s = time_of([&] { t.proximal_logprobs(batch); });
+    double body_s = time_of([&] {
+      at::NoGradGuard no_grad;
+      for (auto& [ids, cu] : micro_batches)
+        model.forward(ids, cu);
+    });
+    double gradients_s = time_of([&] { t.ppo_gradients(batch); });
+    double step_s = seconds / steps;
+    double logprob_flops = areal::bench::forward_flops(config, lengths, count * response);
+    double body_flops = areal::bench::forward_flops(config, lengths, 0);
+    auto share = [&](double part_flops, double s) { return part_flops / s / bf16_gemm; };
+    std::cout << "    parts alone: forward without gradient " << forward_s * 1e3 << " ms ("
+              << share(logprob_flops, forward_s) << " of the GEMM rate), of it the body " << body_s * 1e3 << " ms ("
+              << share(body_flops, body_s) << ") and the LM head with log-probabilities " << (forward_s - body_s) * 1e3
+              << " ms (" << share(logprob_flops - body_flops, forward_s - body_s) << "); forward + backward "
+              << gradients_s * 1e3 << " ms (the backward " << share(2 * logprob_flops, gradients_s - forward_s)
+              << "); the optimizer step and the rest " << (step_s - gradients_s) * 1e3 << " ms of the step's "
+              << step_s * 1e3 << " ms\n";
+    out["training"]["parts_ms"] = {{"forward_no_gradient", forward_s * 1e3},
+                                   {"body_no_gradient", body_s * 1e3},
+                                   {"forward_backward", gradients_s * 1e3},
+                                   {"step", step_s * 1e3},
+                                   {"optimizer_and_rest", (step_s - gradients_s) * 1e3}};
   }
 
   // (d) Host staging of a weight transfer (device -> pinned host -> device).

@@ -228,6 +228,53 @@ TEST_CASE("the sampler on the device draws what the CPU loop draws") {
   CHECK(same >= 62);  // a uniform on a boundary between two tokens may round the other way
 }
 
+TEST_CASE("rows with no cut, at a real vocabulary, are drawn as the CPU loop draws them, in float32 and bfloat16") {
+  // On a GPU these rows take the fused sampler (one kernel, the vocabulary in
+  // chunks per thread); on the CPU the ATen path. Each row's largest logit
+  // appears twice, far apart, so greedy rows check that the first one wins
+  // (in rows 5 and 26 the kernel's halving reduction meets the later copy in
+  // the lower slot: a tie rule that keeps the lower slot picks the second).
+  constexpr int64_t rows = 48, vocab = 151936;
+  auto logits = at::randn({rows, vocab}, at::TensorOptions().dtype(at::kFloat)) * 3.0;
+  for (int64_t i = 0; i < rows; ++i) {
+    auto first = (i * 4099) % (vocab / 2), second = first + vocab / 2 + i;
+    logits[i][first] = 20.0;
+    logits[i][second] = 20.0;
+  }
+  std::vector<sampling_params> kinds(3);
+  kinds[1].temperature = 0.7f;
+  kinds[2].greedy = true;
+  for (auto dtype : {at::kFloat, at::kBFloat16}) {
+    INFO("logits in " << (dtype == at::kFloat ? "float32" : "bfloat16"));
+    auto rounded = logits.to(dtype).to(at::kFloat);  // what the sampler reads
+    auto reference_gen = at::make_generator<at::CPUGeneratorImpl>(11);
+    auto uniform_gen = at::make_generator<at::CPUGeneratorImpl>(11);
+    std::vector<const sampling_params*> params;
+    std::vector<double> uniforms;
+    std::vector<sampled_token> expected;
+    {
+      cpu_loops reference;
+      for (int64_t i = 0; i < rows; ++i) {
+        params.push_back(&kinds[static_cast<size_t>(i % 3)]);
+        expected.push_back(sample_token(rounded[i], *params.back(), reference_gen));
+        bool greedy = params.back()->greedy;
+        uniforms.push_back(greedy ? 0.0 : draw_uniform(uniform_gen));
+      }
+    }
+    auto drawn = sample_rows(logits.to(tensor_options(device_name(), "float32").device()).to(dtype), params, uniforms);
+    int same = 0;
+    for (size_t i = 0; i < drawn.size(); ++i) {
+      if (params[i]->greedy) {
+        CHECK(drawn[i].token == (static_cast<int64_t>(i) * 4099) % (vocab / 2));
+        CHECK(drawn[i].token == expected[i].token);
+      }
+      if (drawn[i].token == expected[i].token && std::abs(drawn[i].logprob - expected[i].logprob) < 1e-3)
+        ++same;
+    }
+    CHECK(same >= rows - 2);  // a uniform on a boundary between two tokens may round the other way
+  }
+}
+
 TEST_CASE("a PPO step's gradients on the device are the CPU loops' gradients, and bfloat16 products learn") {
   auto batch = ppo_batch(8);
   trainer_config tc;

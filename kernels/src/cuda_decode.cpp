@@ -129,6 +129,31 @@ at::Tensor swiglu(const at::Tensor& gate_up) {
   return out;
 }
 
+bool sampler_applies(const at::Tensor& logits) {
+  auto type = logits.scalar_type();
+  return enabled() && logits.is_cuda() && logits.dim() == 2 && (type == at::kFloat || type == at::kBFloat16);
+}
+
+at::Tensor sample_plain(const at::Tensor& logits, const at::Tensor& params, int64_t inv_temperature_column,
+                        int64_t greedy_column, int64_t uniform_column) {
+  auto source = logits.contiguous();
+  auto p = params.contiguous();
+  auto rows = source.size(0), vocab = source.size(1);
+  require(p.scalar_type() == at::kDouble && p.dim() == 2 && p.size(0) == rows && p.device() == source.device(),
+          "sample_plain needs float64 params [rows, columns] on the logits' device");
+  for (auto c : {inv_temperature_column, greedy_column, uniform_column})
+    require(c >= 0 && c < p.size(1), "sample_plain: a parameter column past the params' width");
+  auto out = at::empty({rows, 3}, p.options());
+  if (rows == 0)
+    return out;
+  c10::cuda::CUDAGuard on_device(source.device());
+  cuda_launch::sample_plain(element_of(source), source.data_ptr(), p.data_ptr<double>(), p.size(1),
+                            inv_temperature_column, greedy_column, uniform_column, out.data_ptr<double>(), rows, vocab,
+                            stream_of(source));
+  check_launch("sample_plain");
+  return out;
+}
+
 #else
 
 namespace {
@@ -155,6 +180,12 @@ at::Tensor decode_attention(const at::Tensor&, const at::Tensor&, const at::Tens
   absent();
 }
 at::Tensor swiglu(const at::Tensor&) {
+  absent();
+}
+bool sampler_applies(const at::Tensor&) {
+  return false;
+}
+at::Tensor sample_plain(const at::Tensor&, const at::Tensor&, int64_t, int64_t, int64_t) {
   absent();
 }
 

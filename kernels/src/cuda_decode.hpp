@@ -38,4 +38,16 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& cache_keys, c
 /// gate_up [tokens, 2 inter] -> silu(gate) * up [tokens, inter].
 at::Tensor swiglu(const at::Tensor& gate_up);
 
+/// Whether the fused sampler serves `logits`: on by build and switch, a CUDA
+/// [rows, vocab] tensor of float32 or bfloat16.
+bool sampler_applies(const at::Tensor& logits);
+
+/// sample_rows (sampling.hpp) for rows with no top-k or top-p cut, in one
+/// kernel: params [rows, columns] float64 on the logits' device, holding each
+/// row's inverse temperature, greedy flag (1 or 0) and uniform at the columns
+/// named -> [rows, 3] float64 on the device: token, log-probability, 1 where
+/// every logit of the row is finite.
+at::Tensor sample_plain(const at::Tensor& logits, const at::Tensor& params, int64_t inv_temperature_column,
+                        int64_t greedy_column, int64_t uniform_column);
+
 }  // namespace areal::kernels::cuda_decode

@@ -155,6 +155,115 @@ __global__ void swiglu_kernel(const T* gate_up, T* out, int64_t tokens, int64_t 
   io<T>::store(out + index, io<T>::round(gate / (1.0f + expf(-gate))) * up);
 }
 
+// Sampling: one block per row, each thread over a contiguous chunk of the
+// vocabulary, three passes over the row (maximum, sums, the crossing) and no
+// buffer of the vocabulary's size. The sums are float64 like the op-by-op
+// path's (sampling.cpp), so a draw differs from it only where a uniform falls
+// within rounding of a boundary between two tokens.
+constexpr int sample_threads = 512;
+
+template <typename T>
+__global__ void sample_plain_kernel(const T* logits, const double* params, int64_t columns, int64_t inv_temperature,
+                                    int64_t greedy, int64_t uniform, double* out, int64_t vocab) {
+  __shared__ float top_of[sample_threads], best_of[sample_threads];
+  __shared__ int64_t index_of[sample_threads];
+  __shared__ double sum_of[sample_threads];
+  __shared__ int finite_of[sample_threads];
+  const T* row = logits + blockIdx.x * vocab;
+  const double* p = params + blockIdx.x * columns;
+  float inverse = static_cast<float>(p[inv_temperature]);
+  int tid = threadIdx.x;
+  int64_t chunk = (vocab + sample_threads - 1) / sample_threads;
+  int64_t begin = min(vocab, tid * chunk), end = min(vocab, begin + chunk);
+
+  // Pass 1: the largest tempered logit, the first largest logit, finiteness.
+  float top = -INFINITY, best = -INFINITY;
+  int64_t best_at = vocab;
+  int finite = 1;
+  for (int64_t i = begin; i < end; ++i) {
+    float x = io<T>::load(row + i);
+    finite &= isfinite(x) ? 1 : 0;
+    top = fmaxf(top, x * inverse);
+    if (x > best || best_at == vocab) {
+      best = x;
+      best_at = i;
+    }
+  }
+  top_of[tid] = top, best_of[tid] = best, index_of[tid] = best_at, finite_of[tid] = finite;
+  __syncthreads();
+  for (int half = sample_threads / 2; half > 0; half /= 2) {
+    if (tid < half) {
+      int o = tid + half;
+      top_of[tid] = fmaxf(top_of[tid], top_of[o]);
+      finite_of[tid] &= finite_of[o];
+      // Equal values keep the lower index (after the first halving a lower
+      // entry may hold a later chunk's index).
+      bool other_wins = index_of[o] != vocab && (index_of[tid] == vocab || best_of[o] > best_of[tid] ||
+                                                 (best_of[o] == best_of[tid] && index_of[o] < index_of[tid]));
+      if (other_wins) {
+        best_of[tid] = best_of[o];
+        index_of[tid] = index_of[o];
+      }
+    }
+    __syncthreads();
+  }
+  top = top_of[0];
+  int64_t argmax = index_of[0];
+  bool all_finite = finite_of[0] != 0;
+  __syncthreads();  // index_of is reused below
+
+  // Pass 2: each chunk's sum of the weights, then their inclusive running sums.
+  double own = 0;
+  for (int64_t i = begin; i < end; ++i)
+    own += static_cast<double>(expf(io<T>::load(row + i) * inverse - top));
+  sum_of[tid] = own;
+  __syncthreads();
+  for (int offset = 1; offset < sample_threads; offset *= 2) {
+    double earlier = tid >= offset ? sum_of[tid - offset] : 0.0;
+    __syncthreads();
+    sum_of[tid] += earlier;
+    __syncthreads();
+  }
+  double total = sum_of[sample_threads - 1];
+  double before = tid > 0 ? sum_of[tid - 1] : 0.0;
+
+  // Pass 3: the first token whose running sum passes uniform * total. A chunk
+  // that starts past it offers its first token; the chunk it falls in walks.
+  double target = p[uniform] * total;
+  int64_t found = vocab;
+  if (begin < end) {
+    if (before > target) {
+      found = begin;
+    } else if (sum_of[tid] > target) {
+      double running = before;
+      for (int64_t i = begin; i < end; ++i) {
+        running += static_cast<double>(expf(io<T>::load(row + i) * inverse - top));
+        if (running > target) {
+          found = i;
+          break;
+        }
+      }
+    }
+  }
+  index_of[tid] = found;
+  __syncthreads();
+  for (int half = sample_threads / 2; half > 0; half /= 2) {
+    if (tid < half)
+      index_of[tid] = min(index_of[tid], index_of[tid + half]);
+    __syncthreads();
+  }
+  if (tid == 0) {
+    int64_t drawn = min(index_of[0], vocab - 1);
+    int64_t token = p[greedy] > 0.5 ? argmax : drawn;
+    if (token >= vocab)  // no finite logit at all: any token, the row is refused
+      token = 0;
+    double* r = out + blockIdx.x * 3;
+    r[0] = static_cast<double>(token);
+    r[1] = static_cast<double>(io<T>::load(row + token) * inverse) - static_cast<double>(top) - log(total);
+    r[2] = all_finite ? 1.0 : 0.0;
+  }
+}
+
 unsigned blocks_for(int64_t items, int threads) {
   return static_cast<unsigned>((items + threads - 1) / threads);
 }
@@ -215,6 +324,17 @@ void swiglu(element type, const void* gate_up, void* out, int64_t tokens, int64_
   else
     swiglu_kernel<<<blocks, threads, 0, stream>>>(static_cast<const __nv_bfloat16*>(gate_up),
                                                   static_cast<__nv_bfloat16*>(out), tokens, inter);
+}
+
+void sample_plain(element type, const void* logits, const double* params, int64_t columns, int64_t inv_temperature,
+                  int64_t greedy, int64_t uniform, double* out, int64_t rows, int64_t vocab, cudaStream_t stream) {
+  auto blocks = static_cast<unsigned>(rows);
+  if (type == element::f32)
+    sample_plain_kernel<<<blocks, sample_threads, 0, stream>>>(static_cast<const float*>(logits), params, columns,
+                                                               inv_temperature, greedy, uniform, out, vocab);
+  else
+    sample_plain_kernel<<<blocks, sample_threads, 0, stream>>>(static_cast<const __nv_bfloat16*>(logits), params,
+                                                               columns, inv_temperature, greedy, uniform, out, vocab);
 }
 
 const char* last_error() {

@@ -35,6 +35,15 @@ void decode_attention(element type, const void* q, const void* cache_keys, const
 /// gate_up [tokens, 2 inter] (gate, then up) -> out [tokens, inter] = silu(gate) * up.
 void swiglu(element type, const void* gate_up, void* out, int64_t tokens, int64_t inter, cudaStream_t stream);
 
+/// Per row of logits [rows, vocab], with params [rows, columns] in float64 (the
+/// row's inverse temperature, greedy flag and uniform at the columns named):
+/// out [rows, 3] in float64 = the token (the first largest logit when greedy,
+/// else the first whose running sum of exp(logit * inverse temperature - max)
+/// passes uniform * total), its log-probability under the tempered
+/// distribution, and 1 where every logit is finite (0 otherwise).
+void sample_plain(element type, const void* logits, const double* params, int64_t columns, int64_t inv_temperature,
+                  int64_t greedy, int64_t uniform, double* out, int64_t rows, int64_t vocab, cudaStream_t stream);
+
 /// The last launch's error as text, or empty.
 const char* last_error();
 
