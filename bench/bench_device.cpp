@@ -200,6 +200,7 @@ decode_figures decode_rate(policy_model& model, int64_t batch, int64_t prompt, u
 // the LM head over the batch, and sampling (its one host round trip included).
 struct step_parts {
   double forward_s = 0, lm_head_s = 0, sampling_s = 0;
+  double products_s = 0;  // the layers' four products at the forward's shapes and type, alone (launched eagerly)
   double sampling_op_by_op_s = 0;  // with the fused kernels off (0 where none is built)
 };
 
@@ -229,6 +230,25 @@ step_parts time_step_parts(policy_model& model, int64_t batch, int64_t context) 
   step_parts parts;
   parts.forward_s = timed([&] { hidden = model.forward_cached(cache, input); });
   parts.lm_head_s = timed([&] { logits = model.logits(hidden); });
+  {
+    // The products a layer runs (qkv, o, gate and up, down) on random operands
+    // of its shapes: what the forward pass would cost if nothing but them ran.
+    auto& c = model.config();
+    auto kv_width = c.num_key_value_heads * c.head_dim();
+    std::vector<std::pair<int64_t, int64_t>> shapes = {{c.hidden_size, c.hidden_size + 2 * kv_width},
+                                                       {c.hidden_size, c.hidden_size},
+                                                       {c.hidden_size, 2 * c.intermediate_size},
+                                                       {c.intermediate_size, c.hidden_size}};
+    auto options = hidden.options();
+    std::vector<std::pair<at::Tensor, at::Tensor>> operands;
+    for (auto [in, out] : shapes)
+      operands.emplace_back(at::randn({batch, in}, options), at::randn({in, out}, options));
+    parts.products_s = timed([&] {
+      for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+        for (auto& [a, w] : operands)
+          at::mm(a, w);
+    });
+  }
   areal::sampling_params plain;
   std::vector<const areal::sampling_params*> params(static_cast<size_t>(batch), &plain);
   std::vector<double> uniforms(static_cast<size_t>(batch), 0.5);
@@ -334,6 +354,10 @@ int main(int argc, char** argv) {
       row["forward_ms"] = parts.forward_s * 1e3;
       row["lm_head_ms"] = parts.lm_head_s * 1e3;
       row["sampling_ms"] = parts.sampling_s * 1e3;
+      std::cout << "    of the forward: the layers' products alone " << parts.products_s * 1e3
+                << " ms; the rest (attention, norms, rotary, activation, launches) "
+                << (parts.forward_s - parts.products_s) * 1e3 << " ms\n";
+      row["layer_products_alone_ms"] = parts.products_s * 1e3;
       if (parts.sampling_op_by_op_s > 0) {
         std::cout << "    sampling op by op (ATen) " << parts.sampling_op_by_op_s * 1e3 << " ms: the fused sampler is "
                   << parts.sampling_op_by_op_s / parts.sampling_s << "x faster\n";
