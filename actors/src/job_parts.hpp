@@ -1,6 +1,7 @@
 // The parts of an RL job that the controller's node and the other nodes
 // share: the data sources, the model and its tokenizer, the held-out set, the
-// rollout workers, the warm start and the progress line. Internal to actors/.
+// rollout workers, the warm start, the progress line and the run's outputs.
+// Internal to actors/.
 #pragma once
 
 #include <atomic>
@@ -14,6 +15,7 @@
 
 #include <caf/actor_system.hpp>
 #include <caf/scoped_actor.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "areal/actors/compute_share.hpp"
 #include "areal/actors/endpoint.hpp"
@@ -203,6 +205,15 @@ void check_resume_state(const controller_checkpoint& saved, const std::string& d
 trainer_side start_trainer_side(caf::actor_system& sys, const run_config& c, const node_spec& self,
                                 const std::string& model_dir, const std::string& resume_from, int64_t initial_version,
                                 const std::string& run_dir, std::shared_ptr<tracer> trace);
+
+/// The endpoint's counts for summary.json (logged as one line).
+nlohmann::json endpoint_summary(const http_endpoint& endpoint);
+/// The other nodes' trace spans (asked of the node actor), in this node's clock, onto `trace`.
+void merge_node_traces(caf::scoped_actor& self, const node_actor& node, tracer& trace);
+/// The run's outputs (trace.json, summary.json) and its last lines: each file
+/// written whole or not at all; one that fails makes a clean run exit 1.
+void write_outputs(const std::filesystem::path& run_dir, const rl_spec& rl, const nlohmann::json& endpoint_record,
+                   const tracer& trace, rl_job_result& result);
 
 /// The supervised warm start (sft.*) of m.policy on `threads` cores (one model
 /// replica each) or, on GPUs, one replica on each of the node's devices; false

@@ -46,6 +46,70 @@ double process_cpu_seconds() {
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
+// What the configuration tells the controller: the prompts, the batch and
+// its staleness bound, sampling, the seed, the deadlines. The job adds the
+// actors and the run's files.
+controller_setup controller_settings(const run_config& c, const model_parts& m) {
+  auto& rl = c.rl;
+  auto ms = [](double seconds) { return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)); };
+  controller_setup cs;
+  cs.source = training_source(c, m);
+  cs.encode = [tokenizer = m.tokenizer](const std::string& text) { return tokenizer->encode(text); };
+  cs.group_size = rl.group_size;
+  cs.batch_size = rl.batch_size;
+  cs.eta = rl.effective_eta();
+  cs.max_concurrent = rl.max_concurrent;
+  cs.rollout_slots = rl.rollout_slots;
+  cs.total_steps = rl.steps;
+  cs.sampling = rollout_sampling(c, m.eos);
+  cs.seed = stream_seed(c.run.seed, 7);
+  cs.checkpoint_every = rl.checkpoint_every;
+  cs.request_timeout = ms(c.cluster.request_timeout_s);
+  cs.trainer_timeout = ms(c.cluster.trainer_timeout_s);
+  cs.member_timeout = ms(c.cluster.connect_timeout_s);
+  cs.agent_episodes = c.task.kind == "agent";
+  cs.episode_timeout = ms(c.endpoint.episode_timeout_s);
+  return cs;
+}
+
+// The model a run starts from: the configured one, or with --resume the
+// weights of the last complete checkpoint and the controller's record beside
+// them. Throws job_error (exit 2) saying what to change.
+struct run_start {
+  model_parts m;
+  std::optional<controller_checkpoint> resume;
+  std::string resume_from;  // the checkpoint's directory, with --resume
+  std::shared_ptr<eval_set> evals;
+};
+
+run_start load_run_start(const rl_job_options& options, const std::string& checkpoint_dir) {
+  auto& c = options.config;
+  run_start r;
+  r.m = make_model(c, options.self);
+  for (auto& note : r.m.data->notes)
+    spdlog::info("{}", note);
+  for (auto& warning : r.m.data->warnings)
+    spdlog::warn("{}", warning);
+  r.evals = make_eval_set(c, r.m);
+  if (!options.resume)
+    return r;
+  r.resume_from = kernels::trainer::complete_checkpoint(checkpoint_dir);
+  if (r.resume_from.empty())
+    throw job_error("--resume: no checkpoint in " + checkpoint_dir + "; start the run without --resume");
+  r.resume = controller_checkpoint::load(r.resume_from);
+  check_resume_state(*r.resume, r.resume_from, c);
+  auto saved = kernels::policy_model::load((fs::path{r.resume_from} / "model").string());
+  if (saved.flat().numel() != r.m.policy->flat().numel())
+    throw job_error(r.resume_from +
+                    ": the checkpoint's model differs from the configured one; resume with the "
+                    "configuration the run started with (" +
+                    (options.run_dir / "config.toml").string() + ")");
+  r.m.policy->flat().copy_(saved.flat());
+  spdlog::info("resuming from {}: version {}, {} steps done, {} groups to generate again", r.resume_from,
+               r.resume->version, r.resume->steps, r.resume->requeue.size());
+  return r;
+}
+
 rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, const std::atomic<bool>& stop) {
   rl_job_result result;
   auto& c = options.config;
@@ -70,39 +134,19 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
     }
   }
 
-  model_parts m;
-  std::optional<controller_checkpoint> resume;
-  std::string resume_from;
-  std::shared_ptr<eval_set> evals;
+  run_start begin;
   try {
-    m = make_model(c, options.self);
-    for (auto& note : m.data->notes)
-      spdlog::info("{}", note);
-    for (auto& warning : m.data->warnings)
-      spdlog::warn("{}", warning);
-    evals = make_eval_set(c, m);
-    if (options.resume) {
-      resume_from = kernels::trainer::complete_checkpoint(checkpoint_dir);
-      if (resume_from.empty())
-        throw job_error("--resume: no checkpoint in " + checkpoint_dir + "; start the run without --resume");
-      resume = controller_checkpoint::load(resume_from);
-      check_resume_state(*resume, resume_from, c);
-      auto saved = kernels::policy_model::load((fs::path{resume_from} / "model").string());
-      if (saved.flat().numel() != m.policy->flat().numel())
-        throw job_error(resume_from +
-                        ": the checkpoint's model differs from the configured one; resume with the "
-                        "configuration the run started with (" +
-                        (options.run_dir / "config.toml").string() + ")");
-      m.policy->flat().copy_(saved.flat());
-      spdlog::info("resuming from {}: version {}, {} steps done, {} groups to generate again", resume_from,
-                   resume->version, resume->steps, resume->requeue.size());
-    }
+    begin = load_run_start(options, checkpoint_dir);
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
     result.exit_code = 2;
     result.why = e.what();
     return result;
   }
+  auto& m = begin.m;
+  auto& resume = begin.resume;
+  auto& resume_from = begin.resume_from;
+  auto& evals = begin.evals;
 
   std::vector<kernels::sft_sample> transcripts;  // an agent run's demonstrations
   if (!resume && c.sft.steps > 0 && c.task.kind == "agent") {
@@ -190,17 +234,7 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
     reward = spawn_reward_pool(sys, reward_config);
 
   caf::scoped_actor self{sys};
-  controller_setup cs;
-  cs.source = training_source(c, m);
-  cs.encode = [tokenizer = m.tokenizer](const std::string& text) { return tokenizer->encode(text); };
-  cs.group_size = rl.group_size;
-  cs.batch_size = rl.batch_size;
-  cs.eta = rl.effective_eta();
-  cs.max_concurrent = rl.max_concurrent;
-  cs.rollout_slots = rl.rollout_slots;
-  cs.total_steps = rl.steps;
-  cs.sampling = rollout_sampling(c, m.eos);
-  cs.seed = stream_seed(c.run.seed, 7);
+  auto cs = controller_settings(c, m);
   cs.rollouts = rollouts;
   cs.reward = reward;
   cs.trainer = trainer;
@@ -209,19 +243,13 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
   cs.eval_every = evaluator && c.eval.every > 0 ? c.eval.every : 0;
   cs.metrics_path = (options.run_dir / "metrics.jsonl").string();
   cs.checkpoint_dir = checkpoint_dir;
-  cs.checkpoint_every = rl.checkpoint_every;
   cs.resume = resume;
   cs.trace = trace;
   cs.listener = caf::actor_cast<done_listener_actor>(caf::actor{self});
-  cs.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.cluster.request_timeout_s * 1000));
-  cs.trainer_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.cluster.trainer_timeout_s * 1000));
   // A trainer on a node of its own may be lost and join again (agent episodes are with their agents: not those).
   bool trainer_rejoin = remote_trainer && c.cluster.trainer_rejoin_s > 0 && c.task.kind != "agent";
   if (trainer_rejoin)
     cs.trainer_rejoin = std::chrono::milliseconds(static_cast<int64_t>(c.cluster.trainer_rejoin_s * 1000));
-  cs.member_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.cluster.connect_timeout_s * 1000));
-  cs.agent_episodes = c.task.kind == "agent";
-  cs.episode_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.endpoint.episode_timeout_s * 1000));
   spdlog::info("RL: {} mode, eta {}, {} steps of {} trajectories ({} prompts x {} samples), {} compute threads ({})",
                rl.synchronous ? "synchronous" : "asynchronous", rl.effective_eta(), rl.steps, rl.batch_size,
                rl.batch_size / rl.group_size, rl.group_size, options.compute_threads,
@@ -417,20 +445,7 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
   }
   nlohmann::json endpoint_record;  // the endpoint's counts, for summary.json
   if (endpoint) {
-    auto e = endpoint->counts();
-    endpoint_record = {{"requests", e.requests},
-                       {"model_calls", e.completed},
-                       {"generated_tokens", e.tokens},
-                       {"client_errors", e.client_errors},
-                       {"server_errors", e.server_errors},
-                       {"busy", e.busy},
-                       {"cancelled", e.cancelled},
-                       {"episodes_ended", e.episodes.ended},
-                       {"episodes_dropped", e.episodes.dropped},
-                       {"episode_splits", e.episodes.splits},
-                       {"held_out_episodes", e.episodes.eval_ended + e.episodes.eval_dropped}};
-    spdlog::info("endpoint: {} requests, {} model calls answered, {} tokens; episodes: {} ended, {} dropped, {} split",
-                 e.requests, e.completed, e.tokens, e.episodes.ended, e.episodes.dropped, e.episodes.splits);
+    endpoint_record = endpoint_summary(*endpoint);
     endpoint.reset();  // open episodes are dropped; nothing more arrives
   }
   self->request(controller, std::chrono::seconds(10), stats_atom::value)
@@ -462,86 +477,9 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
     self->send_exit(reward, caf::exit_reason::user_shutdown);
   self->send_exit(controller, caf::exit_reason::user_shutdown);
 
-  if (multi_node) {
-    // The other nodes' spans, in this node's wall clock: onto this timeline.
-    self->request(options.node, std::chrono::seconds(15), trace_atom::value)
-        .receive(
-            [&](std::string& text) {
-              auto to_trace_clock = trace_clock_to_wall_ns();
-              size_t merged = 0;
-              try {
-                for (auto& s : nlohmann::json::parse(text)) {
-                  tracer::span_args args;
-                  if (s.size() > 4)
-                    for (auto& [name, value] : s.at(4).items())
-                      args.emplace_back(name, value.get<int64_t>());
-                  trace->span(s.at(0).get<std::string>(), s.at(1).get<std::string>(),
-                              s.at(2).get<int64_t>() - to_trace_clock, s.at(3).get<int64_t>() - to_trace_clock, args);
-                  merged++;
-                }
-              } catch (const std::exception& e) {
-                spdlog::warn("the other nodes' trace spans are unreadable: {}", e.what());
-              }
-              spdlog::info("trace: {} span(s) of the other nodes merged", merged);
-            },
-            [](caf::error& err) { spdlog::warn("cannot collect the other nodes' trace spans: {}", describe(err)); });
-  }
-  // The outputs: each written whole or not at all, and the last line names only those written.
-  std::vector<std::string> written, failed;
-  auto output = [&](const std::string& name, const auto& write) {
-    try {
-      write();
-      written.push_back(name);
-    } catch (const file_error& e) {
-      failed.push_back(e.what());
-      spdlog::error("{}", e.what());
-    }
-  };
-  output("trace.json (open in https://ui.perfetto.dev)",
-         [&] { trace->write_chrome_trace((options.run_dir / "trace.json").string()); });
-  auto& s = result.stats;
-  nlohmann::json summary = {{"why", result.why},
-                            {"exit_code", result.exit_code},
-                            {"mode", rl.synchronous ? "sync" : "async"},
-                            {"eta", rl.effective_eta()},
-                            {"accuracy_before", result.accuracy_before},
-                            {"accuracy_after", result.accuracy_after},
-                            {"steps", s.steps},
-                            {"version", s.version},
-                            {"admitted", s.admitted},
-                            {"trained", s.trained},
-                            {"dropped", s.dropped},
-                            {"max_staleness", s.max_staleness},
-                            {"generated_tokens", s.generated_tokens},
-                            {"trained_tokens", s.trained_tokens},
-                            {"reward_scored", result.reward.scored},
-                            {"reward_refused_while_full", result.reward.refused},
-                            {"sft_seconds", result.sft_seconds},
-                            {"rl_seconds", result.rl_seconds},
-                            {"rl_cpu_seconds", result.rl_cpu_seconds}};
-  if (!endpoint_record.is_null())
-    summary["endpoint"] = endpoint_record;
-  output("summary.json", [&] { write_file_atomically(options.run_dir / "summary.json", summary.dump(2) + "\n"); });
-  if (result.accuracy_before >= 0 && result.accuracy_after >= 0)
-    spdlog::info("held-out accuracy: {:.1f}% before RL -> {:.1f}% after RL ({:+.1f} points); {} steps in {:.1f} s",
-                 100 * result.accuracy_before, 100 * result.accuracy_after,
-                 100 * (result.accuracy_after - result.accuracy_before), s.steps, result.rl_seconds);
-  std::vector<std::string> present;
-  for (auto name : {"metrics.jsonl", "checkpoint/", "sft_model/"})
-    if (fs::exists(options.run_dir / name))
-      present.push_back(name);
-  written.insert(written.begin(), present.begin(), present.end());
-  std::string names;
-  for (auto& n : written)
-    names += (names.empty() ? "" : ", ") + n;
-  spdlog::info("outputs in {}: {}", options.run_dir.string(), names);
-  if (!failed.empty()) {
-    spdlog::error("{} output(s) could not be written; the run ends with exit code 1", failed.size());
-    if (result.exit_code == 0) {
-      result.exit_code = 1;
-      result.why = failed.front();
-    }
-  }
+  if (multi_node)
+    merge_node_traces(self, options.node, *trace);
+  write_outputs(options.run_dir, rl, endpoint_record, *trace, result);
   return result;
 }
 
