@@ -8,6 +8,8 @@
 //       bytes a step must read (the weights once, every sequence's keys and
 //       values) over the measured device copy rate ((read + write) bytes / s);
 //       on a GPU also op by op, in CUDA graphs and eagerly, for the ratios;
+//       each batch's step in parts timed alone (forward, the layers' products
+//       alone, LM head, sampling; on a GPU sampling op by op beside the fused sampler);
 //   (c) PPO training tokens/s, its model FLOP rate against the measured
 //       bfloat16 GEMM rate (FLOPs as bench_common.hpp's forward_flops, x3),
 //       and the step's parts timed alone (forward, body, backward, optimizer);
