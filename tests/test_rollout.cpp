@@ -281,6 +281,27 @@ TEST_CASE("a node computes on its devices, else on model.device; a trainer's rep
   CHECK(job::replica_devices({"cpu"}).empty());  // the CPU's replicas are its threads
 }
 
+TEST_CASE("the progress line counts a resumed run's speed and ETA from where this process started") {
+  controller_stats s;
+  s.steps = 100;
+  s.trained = 1600;
+  s.reward_mean_last = 0.5;
+  s.max_staleness = 2;
+  // At the resume point itself: no step done here yet, so no ETA and no samples.
+  job::progress_origin origin{job::clock_type::now() - std::chrono::seconds(10), 100, 1600};
+  auto text = job::progress_text(s, 200, origin);
+  CHECK(text.find("RL step 100/200 | 0 samples/s") == 0);
+  CHECK(text.find("ETA ?") != std::string::npos);
+  // 10 steps (160 samples) in about 10 s: 16 samples/s, 90 steps to go at 1 s each.
+  s.steps = 110;
+  s.trained = 1760;
+  text = job::progress_text(s, 200, origin);
+  INFO(text);
+  CHECK(text.find("RL step 110/200 | 16 samples/s") == 0);
+  CHECK(text.find("reward 0.5 | staleness <= 2 | ETA ") != std::string::npos);
+  CHECK(text.find("ETA ?") == std::string::npos);
+}
+
 TEST_CASE("a rollout worker hands a checkpoint its work in flight, and a worker continues it from there") {
   fixture f;
   auto& self = *f.self;

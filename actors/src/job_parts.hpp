@@ -132,6 +132,14 @@ class progress_line {
   clock_type::time_point last_ = clock_type::now();
 };
 
+/// The RL phase's start, for the progress line's speed and ETA.
+struct progress_origin {
+  clock_type::time_point at;
+  int64_t steps = 0, trained = 0;  // the controller's counters then
+};
+/// The progress line's text: the step, samples/s since `origin`, the last reward, the staleness and the ETA.
+std::string progress_text(const controller_stats& s, int64_t total_steps, const progress_origin& origin);
+
 /// The KL anchor: the policy RL started from (the warm-started model kept in
 /// the run directory when resuming, else a copy of the policy now).
 std::shared_ptr<kernels::policy_model> reference_policy(const std::filesystem::path& run_dir, bool resumed,

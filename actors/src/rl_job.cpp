@@ -9,7 +9,6 @@
 #include <chrono>
 #include <ctime>
 #include <map>
-#include <sstream>
 #include <utility>
 
 #include <caf/all.hpp>
@@ -352,7 +351,8 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
 
   auto rl_start = clock_type::now();
   auto rl_cpu_start = process_cpu_seconds();
-  auto steps_at_start = resume ? resume->steps : 0;
+  // Where the RL phase of this process started: a resumed run counts its speed from there.
+  progress_origin since_start{rl_start, resume ? resume->steps : 0, resume ? resume->trained : 0};
   bool done = false, stop_sent = false;
   while (!done) {
     self->receive(
@@ -408,21 +408,8 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
                 self->send(controller, shutdown_atom::value, std::string{"stopped by a signal"});
               }
               self->request(controller, std::chrono::seconds(5), stats_atom::value)
-                  .receive(
-                      [&](controller_stats& s) {
-                        auto elapsed = seconds_since(rl_start);
-                        auto done_steps = s.steps - steps_at_start;
-                        auto rate = done_steps > 0 ? elapsed / static_cast<double>(done_steps) : 0.0;
-                        std::ostringstream os;
-                        os.precision(3);
-                        os << "RL step " << s.steps << "/" << rl.steps << " | "
-                           << static_cast<double>(s.trained - (resume ? resume->trained : 0)) / std::max(elapsed, 1e-9)
-                           << " samples/s | reward " << s.reward_mean_last << " | staleness <= " << s.max_staleness
-                           << " | ETA "
-                           << (done_steps > 0 ? duration_text(rate * static_cast<double>(rl.steps - s.steps)) : "?");
-                        progress.show(os.str());
-                      },
-                      [](caf::error&) {});
+                  .receive([&](controller_stats& s) { progress.show(progress_text(s, rl.steps, since_start)); },
+                           [](caf::error&) {});
             });
     if (!trainer_gone.empty() && !done)
       rejoin_trainer();

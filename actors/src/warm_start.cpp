@@ -1,6 +1,7 @@
 // The job's supervised warm start and its progress line (see job_parts.hpp).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -43,6 +44,20 @@ void progress_line::close() {
   if (open_)
     std::fprintf(stderr, "\n");
   open_ = false;
+}
+
+// The progress line: the step, samples/s since the start, the last reward, the staleness and the ETA.
+std::string progress_text(const controller_stats& s, int64_t total_steps, const progress_origin& origin) {
+  auto elapsed = seconds_since(origin.at);
+  auto done_steps = s.steps - origin.steps;
+  auto rate = done_steps > 0 ? elapsed / static_cast<double>(done_steps) : 0.0;
+  std::ostringstream os;
+  os.precision(3);
+  os << "RL step " << s.steps << "/" << total_steps << " | "
+     << static_cast<double>(s.trained - origin.trained) / std::max(elapsed, 1e-9) << " samples/s | reward "
+     << s.reward_mean_last << " | staleness <= " << s.max_staleness << " | ETA "
+     << (done_steps > 0 ? duration_text(rate * static_cast<double>(total_steps - s.steps)) : "?");
+  return os.str();
 }
 
 // -- supervised warm start ----------------------------------------------------
