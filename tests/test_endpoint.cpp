@@ -204,6 +204,16 @@ TEST_CASE("Bad requests get OpenAI error objects, and the endpoint keeps serving
   CHECK(error_of(chat_body(R"(, "top_logprobs": 3)"), 400)["param"] == "top_logprobs");
   CHECK(error_of(chat_body(R"(, "tool_choice": "required")"), 400)["param"] == "tool_choice");
   CHECK(error_of(chat_body(R"(, "max_tokens": 100000)"), 400)["param"] == "max_tokens");
+  // A field of another type where a string is looked for is a 400 naming it, not a server error
+  // (a fuzzer found tools[0].type as an object ending the parse with a JSON type error).
+  CHECK(error_of(chat_body(R"(, "tools": [{"type": {"name": "calc"}, "function": {"name": "calc"}}])"), 400)["param"] ==
+        "tools");
+  CHECK(error_of(R"({"messages": [{"role": "user", "content": [{"type": 7, "text": "x"}]}]})", 400)["param"] ==
+        "messages[0].content");
+  CHECK(error_of(R"({"messages": [{"role": "assistant", "content": "", "tool_calls": [{"id": {}, "function": )"
+                 R"({"name": "calc", "arguments": "{}"}}]}]})",
+                 400)["param"] == "id");
+  CHECK(error_of(chat_body(R"(, "response_format": {"type": ["text"]})"), 400)["param"] == "response_format");
   CHECK(error_of(R"({"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]})", 404)["param"] == "model");
   CHECK(f.post("/v1/nothing", "{}", 404)["error"]["message"] == "no route POST /v1/nothing");
   // A body over the limit (here 64 KiB; 100 MB sent) is refused without being kept.

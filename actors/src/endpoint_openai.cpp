@@ -90,6 +90,13 @@ std::string string(const json& j, const char* key) {
   return j.get<std::string>();
 }
 
+// Whether object `o` holds `key` as the string `expected`. (json::value with a
+// string default throws a type_error, not a 400, when the field is another type.)
+bool field_is(const json& o, const char* key, const char* expected) {
+  auto it = o.find(key);
+  return it != o.end() && it->is_string() && it->get_ref<const std::string&>() == expected;
+}
+
 // The fields both kinds of request share; true when `key` was one.
 bool read_common(generation_ask& a, const std::string& key, const json& v) {
   if (key == "model") {
@@ -155,7 +162,7 @@ std::string content_text(const json& v, const std::string& where) {
     // Content parts: text only.
     std::string out;
     for (auto& part : v) {
-      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+      if (!part.is_object() || !field_is(part, "type", "text") || !part.contains("text") || !part["text"].is_string())
         throw bad(where, where + ": only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
       out += part["text"].get<std::string>();
     }
@@ -186,7 +193,7 @@ kernels::chat_message read_message(const json& m, size_t i) {
         throw bad(where + ".tool_calls", where + ": a tool call needs a \"function\" object");
       auto& f = c["function"];
       kernels::tool_call call;
-      call.id = c.value("id", "");
+      call.id = c.contains("id") && !c["id"].is_null() ? string(c["id"], "id") : "";
       call.name = f.contains("name") ? string(f["name"], "name") : "";
       call.arguments = f.contains("arguments") ? string(f["arguments"], "arguments") : "{}";
       out.tool_calls.push_back(std::move(call));
@@ -220,7 +227,7 @@ chat_request parse_chat(const std::string& body) {
         throw bad("tools", "tools must be an array");
       for (size_t i = 0; i < v.size(); ++i) {
         auto& t = v[i];
-        if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") ||
+        if (!t.is_object() || !field_is(t, "type", "function") || !t.contains("function") ||
             !t["function"].is_object() || !t["function"].contains("name") || !t["function"]["name"].is_string())
           throw bad("tools", "tools[" + std::to_string(i) +
                                  "] must be {\"type\": \"function\", \"function\": {\"name\": ..., ...}}");
@@ -251,7 +258,7 @@ chat_request parse_chat(const std::string& body) {
       if (!v.is_null() && !v.is_object())
         throw bad("metadata", "metadata must be an object");  // kept with stored completions only: none here
     } else if (key == "response_format") {
-      if (!v.is_null() && !(v.is_object() && v.value("type", "") == "text"))
+      if (!v.is_null() && !(v.is_object() && field_is(v, "type", "text")))
         throw bad("response_format", "only response_format {\"type\": \"text\"} is supported (no constrained "
                                      "decoding)");
     } else {
