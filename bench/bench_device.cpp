@@ -196,6 +196,19 @@ decode_figures decode_rate(policy_model& model, int64_t batch, int64_t prompt, u
   return {tokens / seconds, seconds / steps, (weights + kv) / copy_bytes_per_s, engine.counters().graph_replays};
 }
 
+// Seconds per call of `work` on `device`: one untimed call first (a graph
+// captured, buffers allocated), then `repeats` calls between two synchronizations.
+template <typename Work>
+double seconds_per_call(const at::Device& device, int repeats, Work&& work) {
+  work();
+  synchronize(device);
+  auto start = clock_type::now();
+  for (int i = 0; i < repeats; ++i)
+    work();
+  synchronize(device);
+  return seconds_since(start) / repeats;
+}
+
 // The parts of a decode step of `batch` rows at `context` tokens, each timed
 // alone (20 times, after a first call that captures the graph): the forward
 // pass as the engine runs it (fused kernels and CUDA graphs where they are on),
@@ -219,15 +232,7 @@ step_parts time_step_parts(policy_model& model, int64_t batch, int64_t context) 
     input.slots.push_back(b);
     input.counts.push_back(1);
   }
-  auto timed = [&](auto&& work) {
-    work();
-    synchronize(device);
-    auto start = clock_type::now();
-    for (int i = 0; i < repeats; ++i)
-      work();
-    synchronize(device);
-    return seconds_since(start) / repeats;
-  };
+  auto timed = [&](auto&& work) { return seconds_per_call(device, repeats, work); };
   at::Tensor hidden, logits;
   step_parts parts;
   parts.forward_s = timed([&] { hidden = model.forward_cached(cache, input); });
@@ -428,15 +433,7 @@ int main(int argc, char** argv) {
     // the LM head and the log-probabilities), the body alone on the same
     // micro-batches, forward and backward (ppo_gradients: no optimizer step),
     // and the optimizer step as the rest of ppo_update.
-    auto time_of = [&](auto&& work) {
-      work();
-      synchronize(device);
-      auto begin = clock_type::now();
-      for (int i = 0; i < steps; ++i)
-        work();
-      synchronize(device);
-      return seconds_since(begin) / steps;
-    };
+    auto time_of = [&](auto&& work) { return seconds_per_call(device, steps, work); };
     auto per_mb = std::max<int64_t>(1, tc.max_tokens_per_mb / (prompt + response));
     std::vector<std::pair<at::Tensor, std::vector<int64_t>>> micro_batches;
     for (int first = 0; first < count; first += static_cast<int>(per_mb)) {

@@ -202,30 +202,50 @@ TEST_CASE("an engine on a GPU other than the thread's current one generates what
   }
 }
 
+namespace {
+
+// Row i of `logits` with kinds[i mod kinds.size()]: what the CPU loop draws
+// with a generator of `seed`, and the uniforms the engine draws from another
+// generator of the same seed (none for greedy rows), as sample_rows takes them.
+struct cpu_draws {
+  std::vector<const sampling_params*> params;
+  std::vector<double> uniforms;
+  std::vector<sampled_token> expected;
+};
+
+cpu_draws draw_on_cpu(const at::Tensor& logits, const std::vector<sampling_params>& kinds, uint64_t seed) {
+  auto reference_gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  auto uniform_gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  cpu_draws d;
+  cpu_loops reference;
+  for (int64_t i = 0; i < logits.size(0); ++i) {
+    d.params.push_back(&kinds[static_cast<size_t>(i) % kinds.size()]);
+    d.expected.push_back(sample_token(logits[i], *d.params.back(), reference_gen));
+    bool greedy = d.params.back()->greedy;
+    d.uniforms.push_back(greedy ? 0.0 : draw_uniform(uniform_gen));
+  }
+  return d;
+}
+
+// Rows drawn as the CPU loop drew them: the same token, the log-probability within `tolerance`.
+int count_same(const std::vector<sampled_token>& drawn, const std::vector<sampled_token>& expected, double tolerance) {
+  int same = 0;
+  for (size_t i = 0; i < drawn.size(); ++i)
+    if (drawn[i].token == expected[i].token && std::abs(drawn[i].logprob - expected[i].logprob) < tolerance)
+      ++same;
+  return same;
+}
+
+}  // namespace
+
 TEST_CASE("the sampler on the device draws what the CPU loop draws") {
   auto logits = at::randn({64, 300}, at::TensorOptions().dtype(at::kFloat)) * 2.0;
   std::vector<sampling_params> kinds(3);
   kinds[1].top_k = 7;
   kinds[2].top_p = 0.8f;
-  auto reference_gen = at::make_generator<at::CPUGeneratorImpl>(3);
-  auto uniform_gen = at::make_generator<at::CPUGeneratorImpl>(3);
-  std::vector<const sampling_params*> params;
-  std::vector<double> uniforms;
-  std::vector<sampled_token> expected;
-  {
-    cpu_loops reference;
-    for (int64_t i = 0; i < logits.size(0); ++i) {
-      params.push_back(&kinds[static_cast<size_t>(i % 3)]);
-      expected.push_back(sample_token(logits[i], *params.back(), reference_gen));
-      uniforms.push_back(draw_uniform(uniform_gen));  // the engine's draw
-    }
-  }
-  auto drawn = sample_rows(logits.to(tensor_options(device_name(), "float32").device()), params, uniforms);
-  int same = 0;
-  for (size_t i = 0; i < drawn.size(); ++i)
-    if (drawn[i].token == expected[i].token && std::abs(drawn[i].logprob - expected[i].logprob) < 1e-4)
-      ++same;
-  CHECK(same >= 62);  // a uniform on a boundary between two tokens may round the other way
+  auto cpu = draw_on_cpu(logits, kinds, 3);
+  auto drawn = sample_rows(logits.to(tensor_options(device_name(), "float32").device()), cpu.params, cpu.uniforms);
+  CHECK(count_same(drawn, cpu.expected, 1e-4) >= 62);  // a uniform on a boundary between two tokens may round the other way
 }
 
 TEST_CASE("rows with no cut, at a real vocabulary, are drawn as the CPU loop draws them, in float32 and bfloat16") {
@@ -247,31 +267,15 @@ TEST_CASE("rows with no cut, at a real vocabulary, are drawn as the CPU loop dra
   for (auto dtype : {at::kFloat, at::kBFloat16}) {
     INFO("logits in " << (dtype == at::kFloat ? "float32" : "bfloat16"));
     auto rounded = logits.to(dtype).to(at::kFloat);  // what the sampler reads
-    auto reference_gen = at::make_generator<at::CPUGeneratorImpl>(11);
-    auto uniform_gen = at::make_generator<at::CPUGeneratorImpl>(11);
-    std::vector<const sampling_params*> params;
-    std::vector<double> uniforms;
-    std::vector<sampled_token> expected;
-    {
-      cpu_loops reference;
-      for (int64_t i = 0; i < rows; ++i) {
-        params.push_back(&kinds[static_cast<size_t>(i % 3)]);
-        expected.push_back(sample_token(rounded[i], *params.back(), reference_gen));
-        bool greedy = params.back()->greedy;
-        uniforms.push_back(greedy ? 0.0 : draw_uniform(uniform_gen));
-      }
-    }
-    auto drawn = sample_rows(logits.to(tensor_options(device_name(), "float32").device()).to(dtype), params, uniforms);
-    int same = 0;
-    for (size_t i = 0; i < drawn.size(); ++i) {
-      if (params[i]->greedy) {
+    auto cpu = draw_on_cpu(rounded, kinds, 11);
+    auto drawn =
+        sample_rows(logits.to(tensor_options(device_name(), "float32").device()).to(dtype), cpu.params, cpu.uniforms);
+    for (size_t i = 0; i < drawn.size(); ++i)
+      if (cpu.params[i]->greedy) {
         CHECK(drawn[i].token == (static_cast<int64_t>(i) * 4099) % (vocab / 2));
-        CHECK(drawn[i].token == expected[i].token);
+        CHECK(drawn[i].token == cpu.expected[i].token);
       }
-      if (drawn[i].token == expected[i].token && std::abs(drawn[i].logprob - expected[i].logprob) < 1e-3)
-        ++same;
-    }
-    CHECK(same >= rows - 2);  // a uniform on a boundary between two tokens may round the other way
+    CHECK(count_same(drawn, cpu.expected, 1e-3) >= rows - 2);  // a uniform on a boundary between two tokens may round the other way
   }
 }
 
