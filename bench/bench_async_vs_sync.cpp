@@ -29,198 +29,36 @@
 //      (at 6, filling and draining the pipeline took 34-59% of the time; at
 //      30, 7-13%).
 // Usage: bench_async_vs_sync [--quick] [--json FILE] [--threads N]
-#include <ATen/Parallel.h>
-
 #include <algorithm>
-#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
-#include <random>
 #include <sstream>
 #include <thread>
 
-#include <caf/all.hpp>
 #include <nlohmann/json.hpp>
 
 #include "bench_common.hpp"
 #include "bench_jobs.hpp"
+#include "phase_capacity.hpp"
 
 #include "areal/actors/rl_job.hpp"
-#include "areal/actors/run_kernels.hpp"
 #include "areal/kernels/allocator.hpp"
-#include "areal/kernels/compute_threads.hpp"
 #include "areal/kernels/engine.hpp"
-#include "areal/kernels/tokenizer.hpp"
-#include "areal/kernels/trainer.hpp"
 #include "areal/runtime/log.hpp"
-#include "areal/tasks/tasks.hpp"
 
 namespace fs = std::filesystem;
 using namespace areal;
+using areal::bench::capacity;
 using areal::bench::make_config;
+using areal::bench::measure_capacity;
+using areal::bench::measure_together;
 using areal::bench::run_job;
 using areal::bench::seconds_since;
 using areal::bench::workload;
-using clock_type = std::chrono::steady_clock;
 
 namespace {
-
-struct capacity {
-  double generation = 0;  // response tokens/s, full continuous batch
-  double training = 0;    // trained tokens/s, PPO update including the proximal pass
-};
-
-// The job's engine (slots, prompt pool, interruption) and sampling on the
-// warm-started model (run_kernels.hpp), fed as the controller feeds it: groups
-// of group_size samples of one prompt.
-struct generation_side {
-  run_config c;
-  kernels::tokenizer tok;
-  int32_t eos;
-  kernels::policy_model model;
-  kernels::generation_engine engine;
-  std::unique_ptr<tasks::task_source> source;
-  std::vector<int32_t> prompt;
-  uint64_t next = 0;
-
-  generation_side(const fs::path& model_dir, const workload& w, int threads)
-      : c(bench::make_config(w, threads, {})),
-        tok(kernels::tokenizer::load((model_dir / "tokenizer.json").string())),
-        eos(*tok.token_id("<eos>")),
-        model(kernels::policy_model::load(model_dir.string())),
-        engine(model, rollout_engine_config(c, model.config())) {
-    tasks::running_sum_options o;
-    o.seed = 77;
-    o.max_value = static_cast<int>(w.max_value);
-    o.median_terms = w.median_terms;
-    o.max_terms = static_cast<int>(w.max_terms);
-    source = tasks::running_sum_generator(o);
-  }
-  // Submits requests until `queued` wait beyond the running batch.
-  void fill(int64_t queued) {
-    while (static_cast<int64_t>(engine.queued()) < queued) {
-      if (next % static_cast<uint64_t>(c.rl.group_size) == 0)
-        prompt = tok.encode(source->next()->prompt);
-      kernels::generation_job job;
-      job.id = next;
-      job.prompt = prompt;
-      job.sampling = rollout_sampling(c, eos);
-      job.seed = next++;
-      engine.submit(std::move(job));
-    }
-  }
-};
-
-// The trainer the job runs on `replicas` cores (one data-parallel replica per
-// thread), with a representative batch of the engine's trajectories (outputs
-// in random order: the first to finish are the shortest).
-struct training_side {
-  kernels::policy_model model;
-  kernels::trainer trainer;
-  std::vector<kernels::rl_sample> batch;
-
-  training_side(const fs::path& model_dir, const run_config& c, int replicas,
-                std::vector<kernels::generation_output> outputs, int64_t batch_size)
-      : model(kernels::policy_model::load(model_dir.string())), trainer(model, trainer_config(c, replicas)) {
-    std::mt19937 rng{3};
-    std::shuffle(outputs.begin(), outputs.end(), rng);
-    for (auto& out : outputs) {
-      if (out.tokens.empty())
-        continue;
-      batch.push_back(bench::training_sample(out, rng));
-      if (static_cast<int64_t>(batch.size()) == batch_size)
-        break;
-    }
-  }
-  static kernels::trainer_config trainer_config(const run_config& c, int replicas) {
-    auto tc = rl_trainer_config(c);
-    tc.data_parallel = replicas;
-    return tc;
-  }
-  // Trained tokens of one PPO update.
-  int64_t update() { return trainer.ppo_update(batch).tokens; }
-};
-
-// G and T alone at `threads` intra-op threads; `outputs` gets the trajectories
-// the generation produced (for the training batches).
-capacity measure_capacity(const fs::path& model_dir, const workload& w, int threads, bool quick,
-                          std::vector<kernels::generation_output>& outputs) {
-  kernels::set_compute_threads(threads);
-  generation_side gen(model_dir, w, threads);
-  gen.fill((quick ? 2 : 4) * gen.c.rl.rollout_slots);
-  // Generation: only while the batch is full (requests still queued), after
-  // the first step (the batch's prefill and the weights' packing, once).
-  outputs.clear();
-  for (auto& out : gen.engine.step())
-    outputs.push_back(std::move(out));
-  auto start = clock_type::now();
-  auto tokens_before = gen.engine.counters().decode_tokens;
-  while (gen.engine.queued() > 0)
-    for (auto& out : gen.engine.step())
-      outputs.push_back(std::move(out));
-  capacity cap;
-  cap.generation = static_cast<double>(gen.engine.counters().decode_tokens - tokens_before) / seconds_since(start);
-  for (auto& out : gen.engine.run_to_completion())
-    outputs.push_back(std::move(out));
-
-  training_side train(model_dir, gen.c, threads, outputs, w.batch_size);
-  train.update();  // warm-up
-  int updates = quick ? 1 : 3;
-  int64_t tokens = 0;
-  start = clock_type::now();
-  for (int i = 0; i < updates; ++i)
-    tokens += train.update();
-  cap.training = static_cast<double>(tokens) / seconds_since(start);
-  return cap;
-}
-
-// G and T measured at once, as the job runs both phases together: generation
-// on a thread of its own with `generation_threads` intra-op threads (its batch
-// kept full), training with `replicas` replicas, over the same updates.
-capacity measure_together(const fs::path& model_dir, const workload& w, int generation_threads, int replicas,
-                          bool quick, const std::vector<kernels::generation_output>& outputs) {
-  generation_side gen(model_dir, w, generation_threads);
-  training_side train(model_dir, gen.c, replicas, outputs, w.batch_size);
-  // The trainer's thread on `replicas` threads, as the job's trainer actor sets
-  // it (one replica runs its products on the calling thread's threads).
-  kernels::set_compute_threads(replicas);
-  train.update();  // warm-up, alone
-  std::atomic<bool> stop{false}, started{false};
-  int64_t generated = 0;
-  double generation_seconds = 0;
-  std::thread generating([&] {
-    kernels::set_compute_threads(generation_threads);
-    gen.fill(gen.c.rl.rollout_slots);
-    gen.engine.step();  // the batch's prefill and the weights' packing, before the clock (as alone)
-    started = true;
-    auto begin = clock_type::now();
-    auto before = gen.engine.counters().decode_tokens;
-    while (!stop) {
-      gen.fill(gen.c.rl.rollout_slots);  // a full batch all along
-      gen.engine.step();
-    }
-    generated = gen.engine.counters().decode_tokens - before;
-    generation_seconds = seconds_since(begin);
-    kernels::release_compute_threads();
-  });
-  while (!started)
-    std::this_thread::yield();
-  // The trainer's own thread on `replicas` threads, as the job's trainer actor
-  // sets it (one replica runs its products on the calling thread's threads).
-  int updates = quick ? 1 : 3;
-  int64_t tokens = 0;
-  auto start = clock_type::now();
-  for (int i = 0; i < updates; ++i)
-    tokens += train.update();
-  capacity cap;
-  cap.training = static_cast<double>(tokens) / seconds_since(start);
-  stop = true;
-  generating.join();
-  cap.generation = static_cast<double>(generated) / generation_seconds;
-  return cap;
-}
 
 struct run_row {
   std::string name;
@@ -451,11 +289,24 @@ int main(int argc, char** argv) {
                                  caps[static_cast<size_t>(engine_threads)].generation;
       double mean_batch =
           static_cast<double>(use.decode_rows) / static_cast<double>(std::max<int64_t>(1, use.engine_steps));
+      // CPU time of the threads that recorded the steps, against the steps' wall
+      // time: how much of a step its thread computed (the rest it waited for a
+      // core, or for the other replicas), and the engine's decoding per CPU
+      // second of its one thread against G alone on one.
+      double trainer_computing = use.train_cpu_s / std::max(1e-9, use.train_s);
+      double engine_computing = use.generate_cpu_s / std::max(1e-9, use.generate_s);
       std::cout << "  time: the trainer in a step " << trainer_share << " of the RL time, at " << training_vs_alone
                 << " of T alone on " << trainer_threads << " thread(s) (an engine step beside it " << engine_beside
-                << " of that time); the engine in a step " << engine_share << " of the RL time, decoding at "
-                << decoding_vs_alone << " of G alone on " << engine_threads << " thread(s), " << mean_batch
-                << " sequences a step of " << slots << " slots" << std::endl;
+                << " of that time; its first replica's thread computing " << trainer_computing
+                << " of it); the engine in a step " << engine_share << " of the RL time, decoding at "
+                << decoding_vs_alone << " of G alone on " << engine_threads << " thread(s) (its thread computing "
+                << engine_computing << " of that time";
+      double decoding_per_cpu = 0;
+      if (engine_threads == 1 && use.generate_cpu_s > 0) {
+        decoding_per_cpu = static_cast<double>(use.decode_rows) / use.generate_cpu_s / caps[1].generation;
+        std::cout << "; per CPU second " << decoding_per_cpu << " of G alone";
+      }
+      std::cout << "), " << mean_batch << " sequences a step of " << slots << " slots" << std::endl;
       if (row.name == "sync")
         // A schedule that keeps every core busy with no more CPU work per token
         // trains at most 1 / cores_busy times as fast: the ceiling that
@@ -482,6 +333,9 @@ int main(int argc, char** argv) {
                       {"engine_beside_trainer_fraction", engine_beside},
                       {"engine_step_fraction", engine_share},
                       {"decoding_speed_vs_alone", decoding_vs_alone},
+                      {"trainer_thread_computing_fraction", trainer_computing},
+                      {"engine_thread_computing_fraction", engine_computing},
+                      {"decoding_per_cpu_second_vs_alone", decoding_per_cpu},
                       {"mean_decode_batch", mean_batch}});
     }
     nlohmann::json capacities = nlohmann::json::array();

@@ -107,15 +107,18 @@ time_use read_time_use(const std::filesystem::path& trace_file) {
       continue;
     auto name = e.value("name", "");
     double start = e.value("ts", 0.0), end = start + e.value("dur", 0.0);
+    auto args = e.value("args", nlohmann::json::object());
+    double cpu_s = static_cast<double>(args.value("cpu_us", int64_t{0})) / 1e6;
     if (name == "train") {
       training.emplace_back(start, end);
       use.train_s += (end - start) / 1e6;
+      use.train_cpu_s += cpu_s;
     } else if (name == "generate") {
       generating.emplace_back(start, end);
       use.generate_s += (end - start) / 1e6;
+      use.generate_cpu_s += cpu_s;
       use.engine_steps++;
-      if (e.contains("args"))
-        use.decode_rows += e["args"].value("batch", int64_t{0});
+      use.decode_rows += args.value("batch", int64_t{0});
     }
   }
   if (training.empty())

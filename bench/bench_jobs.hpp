@@ -49,6 +49,9 @@ struct time_use {
   double generate_beside_train_s = 0;  // engine steps while the trainer was in a step
   int64_t engine_steps = 0;
   int64_t decode_rows = 0;  // sequences decoded, summed over the engine steps
+  // CPU seconds of the threads that recorded the spans ("cpu_us"): the
+  // trainer's first replica, and the rollout workers' own threads.
+  double train_cpu_s = 0, generate_cpu_s = 0;
 };
 
 /// Reads `trace_file` (a run's trace.json); throws std::runtime_error when it

@@ -113,9 +113,24 @@ void check_learning_run(const std::string& mode, int64_t eta) {
   CHECK(std::filesystem::exists(dir.path / "trace.json"));
   auto trace = nlohmann::json::parse(std::ifstream(dir.path / "trace.json"));
   std::set<std::string> tracks;
-  for (auto& e : trace["traceEvents"])
-    if (e["ph"] == "X")
-      tracks.insert(e["name"].get<std::string>());
+  int64_t generate_cpu_us = 0, train_cpu_us = 0;
+  for (auto& e : trace["traceEvents"]) {
+    if (e["ph"] != "X")
+      continue;
+    auto name = e["name"].get<std::string>();
+    tracks.insert(name);
+    if (name != "generate" && name != "train")
+      continue;
+    // Engine and trainer steps say how much CPU their thread used: never more than the step took (a
+    // generate span leaves out the weight apply its CPU holds, at most a few ms).
+    REQUIRE_MESSAGE(e["args"].contains("cpu_us"), name);
+    auto cpu_us = e["args"]["cpu_us"].get<int64_t>();
+    CHECK(cpu_us >= 0);
+    CHECK(cpu_us <= e["dur"].get<double>() + 20'000);
+    (name == "train" ? train_cpu_us : generate_cpu_us) += cpu_us;
+  }
+  CHECK(generate_cpu_us > 0);
+  CHECK(train_cpu_us > 0);
   for (auto what : {"generate", "train", "weight sync", "reward"})
     CHECK_MESSAGE(tracks.count(what) == 1, what);
   CHECK(std::filesystem::exists(dir.path / "checkpoint" / "trainer_state.json"));

@@ -106,8 +106,10 @@ void traced_step(rollout_pointer self) {
   auto& st = self->state;
   auto before = st.engine->counters();
   auto start = trace_clock_ns();
+  auto cpu_start = thread_cpu_ns();
   auto outputs = st.engine->step();
   auto end = trace_clock_ns();
+  auto cpu_ns = thread_cpu_ns() - cpu_start;
   if (st.setup.trace) {
     auto& after = st.engine->counters();
     auto apply_ns = static_cast<int64_t>((after.weight_apply_seconds - before.weight_apply_seconds) * 1e9);
@@ -120,7 +122,10 @@ void traced_step(rollout_pointer self) {
                           {"context", delta(after.decode_context_tokens, before.decode_context_tokens)},
                           {"prefill", delta(after.prefill_tokens + after.reprefill_tokens,
                                             before.prefill_tokens + before.reprefill_tokens)},
-                          {"attended", delta(after.prefill_attended_tokens, before.prefill_attended_tokens)}});
+                          {"attended", delta(after.prefill_attended_tokens, before.prefill_attended_tokens)},
+                          // This thread's CPU in the step (a weight apply's included); on more
+                          // than one thread the other threads' is not in it.
+                          {"cpu_us", cpu_ns / 1000}});
   }
   for (auto& [id, p] : st.in_flight) {
     if (!p.listener)

@@ -129,6 +129,7 @@ caf::result<train_report> train(trainer_pointer self, const std::vector<trajecto
     st.setup.share->set_busy(st.busy, true);
   try {
     tracer::scope span{st.setup.trace.get(), "trainer", "train"};
+    span.count_thread_cpu();           // the first replica's thread: what it computed of the step
     int64_t tokens = 0, attended = 0;  // what the step computes, as the simulator's cost model counts it
     for (auto& s : samples) {
       auto n = static_cast<int64_t>(s.prompt.size() + s.response.size());

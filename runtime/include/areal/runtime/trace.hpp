@@ -19,6 +19,10 @@ namespace areal {
 int64_t trace_clock_ns();
 /// Wall-clock time (system clock, ns since the epoch) minus trace_clock_ns(): converts span times to wall time.
 int64_t trace_clock_to_wall_ns();
+/// CPU time the calling thread has used, ns. Beside a span's wall time it says
+/// how much of the span the thread computed: the rest it waited, for a core
+/// taken by another thread or for other threads.
+int64_t thread_cpu_ns();
 
 class tracer {
  public:
@@ -59,9 +63,15 @@ class tracer {
     scope(tracer* t, std::string track, std::string what)
         : t_(t), track_(std::move(track)), what_(std::move(what)), start_(trace_clock_ns()) {}
     ~scope() {
-      if (t_)
-        t_->span(track_, what_, start_, trace_clock_ns(), args);
+      if (!t_)
+        return;
+      if (cpu_start_ >= 0)
+        args.emplace_back("cpu_us", (thread_cpu_ns() - cpu_start_) / 1000);
+      t_->span(track_, what_, start_, trace_clock_ns(), args);
     }
+    /// Records the calling thread's CPU time from here to the span's end as
+    /// the argument "cpu_us" (the scope must end on the same thread).
+    void count_thread_cpu() { cpu_start_ = thread_cpu_ns(); }
     span_args args;  // recorded with the span
     scope(const scope&) = delete;
     scope& operator=(const scope&) = delete;
@@ -70,6 +80,7 @@ class tracer {
     tracer* t_;
     std::string track_, what_;
     int64_t start_;
+    int64_t cpu_start_ = -1;
   };
 
  private:

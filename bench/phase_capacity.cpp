@@ -1,0 +1,171 @@
+// The phases' capacities (phase_capacity.hpp).
+#include "phase_capacity.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <random>
+#include <thread>
+
+#include "bench_common.hpp"
+
+#include "areal/actors/run_kernels.hpp"
+#include "areal/kernels/compute_threads.hpp"
+#include "areal/kernels/tokenizer.hpp"
+#include "areal/kernels/trainer.hpp"
+#include "areal/tasks/tasks.hpp"
+
+namespace areal::bench {
+
+namespace fs = std::filesystem;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+// The job's engine (slots, prompt pool, interruption) and sampling on the
+// warm-started model (run_kernels.hpp), fed as the controller feeds it: groups
+// of group_size samples of one prompt.
+struct generation_side {
+  run_config c;
+  kernels::tokenizer tok;
+  int32_t eos;
+  kernels::policy_model model;
+  kernels::generation_engine engine;
+  std::unique_ptr<tasks::task_source> source;
+  std::vector<int32_t> prompt;
+  uint64_t next = 0;
+
+  generation_side(const fs::path& model_dir, const workload& w, int threads)
+      : c(make_config(w, threads, {})),
+        tok(kernels::tokenizer::load((model_dir / "tokenizer.json").string())),
+        eos(*tok.token_id("<eos>")),
+        model(kernels::policy_model::load(model_dir.string())),
+        engine(model, rollout_engine_config(c, model.config())) {
+    tasks::running_sum_options o;
+    o.seed = 77;
+    o.max_value = static_cast<int>(w.max_value);
+    o.median_terms = w.median_terms;
+    o.max_terms = static_cast<int>(w.max_terms);
+    source = tasks::running_sum_generator(o);
+  }
+  // Submits requests until `queued` wait beyond the running batch.
+  void fill(int64_t queued) {
+    while (static_cast<int64_t>(engine.queued()) < queued) {
+      if (next % static_cast<uint64_t>(c.rl.group_size) == 0)
+        prompt = tok.encode(source->next()->prompt);
+      kernels::generation_job job;
+      job.id = next;
+      job.prompt = prompt;
+      job.sampling = rollout_sampling(c, eos);
+      job.seed = next++;
+      engine.submit(std::move(job));
+    }
+  }
+};
+
+// The trainer the job runs on `replicas` cores (one data-parallel replica per
+// thread), with a representative batch of the engine's trajectories (outputs
+// in random order: the first to finish are the shortest).
+struct training_side {
+  kernels::policy_model model;
+  kernels::trainer trainer;
+  std::vector<kernels::rl_sample> batch;
+
+  training_side(const fs::path& model_dir, const run_config& c, int replicas,
+                std::vector<kernels::generation_output> outputs, int64_t batch_size)
+      : model(kernels::policy_model::load(model_dir.string())), trainer(model, trainer_config(c, replicas)) {
+    std::mt19937 rng{3};
+    std::shuffle(outputs.begin(), outputs.end(), rng);
+    for (auto& out : outputs) {
+      if (out.tokens.empty())
+        continue;
+      batch.push_back(training_sample(out, rng));
+      if (static_cast<int64_t>(batch.size()) == batch_size)
+        break;
+    }
+  }
+  static kernels::trainer_config trainer_config(const run_config& c, int replicas) {
+    auto tc = rl_trainer_config(c);
+    tc.data_parallel = replicas;
+    return tc;
+  }
+  // Trained tokens of one PPO update.
+  int64_t update() { return trainer.ppo_update(batch).tokens; }
+};
+
+}  // namespace
+
+capacity measure_capacity(const fs::path& model_dir, const workload& w, int threads, bool quick,
+                          std::vector<kernels::generation_output>& outputs) {
+  kernels::set_compute_threads(threads);
+  generation_side gen(model_dir, w, threads);
+  gen.fill((quick ? 2 : 4) * gen.c.rl.rollout_slots);
+  // Generation: only while the batch is full (requests still queued), after
+  // the first step (the batch's prefill and the weights' packing, once).
+  outputs.clear();
+  for (auto& out : gen.engine.step())
+    outputs.push_back(std::move(out));
+  auto start = clock_type::now();
+  auto tokens_before = gen.engine.counters().decode_tokens;
+  while (gen.engine.queued() > 0)
+    for (auto& out : gen.engine.step())
+      outputs.push_back(std::move(out));
+  capacity cap;
+  cap.generation = static_cast<double>(gen.engine.counters().decode_tokens - tokens_before) / seconds_since(start);
+  for (auto& out : gen.engine.run_to_completion())
+    outputs.push_back(std::move(out));
+
+  training_side train(model_dir, gen.c, threads, outputs, w.batch_size);
+  train.update();  // warm-up
+  int updates = quick ? 1 : 3;
+  int64_t tokens = 0;
+  start = clock_type::now();
+  for (int i = 0; i < updates; ++i)
+    tokens += train.update();
+  cap.training = static_cast<double>(tokens) / seconds_since(start);
+  return cap;
+}
+
+capacity measure_together(const fs::path& model_dir, const workload& w, int generation_threads, int replicas,
+                          bool quick, const std::vector<kernels::generation_output>& outputs) {
+  generation_side gen(model_dir, w, generation_threads);
+  training_side train(model_dir, gen.c, replicas, outputs, w.batch_size);
+  // The trainer's thread on `replicas` threads, as the job's trainer actor sets
+  // it (one replica runs its products on the calling thread's threads).
+  kernels::set_compute_threads(replicas);
+  train.update();  // warm-up, alone
+  std::atomic<bool> stop{false}, started{false};
+  int64_t generated = 0;
+  double generation_seconds = 0;
+  std::thread generating([&] {
+    kernels::set_compute_threads(generation_threads);
+    gen.fill(gen.c.rl.rollout_slots);
+    gen.engine.step();  // the batch's prefill and the weights' packing, before the clock (as alone)
+    started = true;
+    auto begin = clock_type::now();
+    auto before = gen.engine.counters().decode_tokens;
+    while (!stop) {
+      gen.fill(gen.c.rl.rollout_slots);  // a full batch all along
+      gen.engine.step();
+    }
+    generated = gen.engine.counters().decode_tokens - before;
+    generation_seconds = seconds_since(begin);
+    kernels::release_compute_threads();
+  });
+  while (!started)
+    std::this_thread::yield();
+  // The trainer's own thread on `replicas` threads, as the job's trainer actor
+  // sets it (one replica runs its products on the calling thread's threads).
+  int updates = quick ? 1 : 3;
+  int64_t tokens = 0;
+  auto start = clock_type::now();
+  for (int i = 0; i < updates; ++i)
+    tokens += train.update();
+  capacity cap;
+  cap.training = static_cast<double>(tokens) / seconds_since(start);
+  stop = true;
+  generating.join();
+  cap.generation = static_cast<double>(generated) / generation_seconds;
+  return cap;
+}
+
+}  // namespace areal::bench
