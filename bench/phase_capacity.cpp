@@ -21,6 +21,14 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
+// How long each capacity is measured at least. Over 3 updates (about 0.3 s)
+// T on 2 threads was 3,080 / 3,330 / 3,690 tokens/s in three full runs back to
+// back on the development VM, and in the first the job's own training steps
+// ran at 1.02-1.08 of it: the bound moved with each short measurement.
+double measured_seconds(bool quick) {
+  return quick ? 0.25 : 1.5;
+}
+
 // The job's engine (slots, prompt pool, interruption) and sampling on the
 // warm-started model (run_kernels.hpp), fed as the controller feeds it: groups
 // of group_size samples of one prompt.
@@ -90,6 +98,15 @@ struct training_side {
   }
   // Trained tokens of one PPO update.
   int64_t update() { return trainer.ppo_update(batch).tokens; }
+  // Trained tokens/s over updates of the batch: at least 3 (1 with --quick), for
+  // at least measured_seconds.
+  double rate(bool quick) {
+    int64_t tokens = 0;
+    auto start = clock_type::now();
+    for (int done = 0; done < (quick ? 1 : 3) || seconds_since(start) < measured_seconds(quick); ++done)
+      tokens += update();
+    return static_cast<double>(tokens) / seconds_since(start);
+  }
 };
 
 }  // namespace
@@ -98,17 +115,19 @@ capacity measure_capacity(const fs::path& model_dir, const workload& w, int thre
                           std::vector<kernels::generation_output>& outputs) {
   kernels::set_compute_threads(threads);
   generation_side gen(model_dir, w, threads);
-  gen.fill((quick ? 2 : 4) * gen.c.rl.rollout_slots);
-  // Generation: only while the batch is full (requests still queued), after
-  // the first step (the batch's prefill and the weights' packing, once).
+  gen.fill(gen.c.rl.rollout_slots);
+  // Generation with the batch kept full (requests always queued), after the
+  // first step (the batch's prefill and the weights' packing, once).
   outputs.clear();
   for (auto& out : gen.engine.step())
     outputs.push_back(std::move(out));
   auto start = clock_type::now();
   auto tokens_before = gen.engine.counters().decode_tokens;
-  while (gen.engine.queued() > 0)
+  do {
+    gen.fill(gen.c.rl.rollout_slots);
     for (auto& out : gen.engine.step())
       outputs.push_back(std::move(out));
+  } while (seconds_since(start) < measured_seconds(quick));
   capacity cap;
   cap.generation = static_cast<double>(gen.engine.counters().decode_tokens - tokens_before) / seconds_since(start);
   for (auto& out : gen.engine.run_to_completion())
@@ -116,12 +135,7 @@ capacity measure_capacity(const fs::path& model_dir, const workload& w, int thre
 
   training_side train(model_dir, gen.c, threads, outputs, w.batch_size);
   train.update();  // warm-up
-  int updates = quick ? 1 : 3;
-  int64_t tokens = 0;
-  start = clock_type::now();
-  for (int i = 0; i < updates; ++i)
-    tokens += train.update();
-  cap.training = static_cast<double>(tokens) / seconds_since(start);
+  cap.training = train.rate(quick);
   return cap;
 }
 
@@ -155,13 +169,8 @@ capacity measure_together(const fs::path& model_dir, const workload& w, int gene
     std::this_thread::yield();
   // The trainer's own thread on `replicas` threads, as the job's trainer actor
   // sets it (one replica runs its products on the calling thread's threads).
-  int updates = quick ? 1 : 3;
-  int64_t tokens = 0;
-  auto start = clock_type::now();
-  for (int i = 0; i < updates; ++i)
-    tokens += train.update();
   capacity cap;
-  cap.training = static_cast<double>(tokens) / seconds_since(start);
+  cap.training = train.rate(quick);
   stop = true;
   generating.join();
   cap.generation = static_cast<double>(generated) / generation_seconds;
