@@ -71,7 +71,10 @@ class tracer {
     }
     /// Records the calling thread's CPU time from here to the span's end as
     /// the argument "cpu_us" (the scope must end on the same thread).
-    void count_thread_cpu() { cpu_start_ = thread_cpu_ns(); }
+    void count_thread_cpu() {
+      if (t_)
+        cpu_start_ = thread_cpu_ns();
+    }
     span_args args;  // recorded with the span
     scope(const scope&) = delete;
     scope& operator=(const scope&) = delete;
