@@ -7,6 +7,8 @@
 //     attention over the context) / time / that ceiling at the same M (batch
 //     rows x hidden x intermediate), measured in the same run; `small` also at
 //     Qwen2's vocabulary of 151,936, where the LM head is the largest product;
+//   - the decode step's loops balanced over the threads vs split evenly (small, batch 64), quiet and
+//     beside a thread that computes without pause on one CPU;
 //   - continuous vs static batching on a long-tailed output-length workload
 //     (static: a batch runs until its longest member ends; only useful tokens count);
 //   - the cost of an interruption (re-prefill) per 1k tokens in flight, and the
@@ -16,9 +18,11 @@
 //     tokens/s end to end (prefill included);
 //   - resident memory before and after many decode steps.
 // Usage: bench_generation [--quick] [--json FILE] [--threads N]
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -219,6 +223,52 @@ int main(int argc, char** argv) {
                                                    {"packed_gflops", packed},
                                                    {"efficiency", gflops / ceiling},
                                                    {"efficiency_of_openblas", gflops / blas}};
+    }
+  }
+
+  {
+    // The decode step's loops balanced over the threads (a thread done with its share takes items from
+    // another's; cpu_balanced.hpp) against split evenly, alternating on one model: on a quiet machine, and
+    // with a thread that computes without pause on the first CPU this process may use, as a neighbour on a
+    // shared machine takes part of one core (on a VM, such a neighbour is the hypervisor's, unseen).
+    auto config = preset("small", vocab);
+    policy_model model(config);
+    model.init_random(1);
+    int rounds = quick ? 2 : 4, steps = quick ? 24 : 48;
+    for (bool neighbour : {false, true}) {
+      std::atomic<bool> stop{false};
+      std::thread busy;
+      if (neighbour)
+        busy = std::thread([&] {
+          cpu_set_t allowed;
+          if (sched_getaffinity(0, sizeof allowed, &allowed) == 0)
+            for (int c = 0; c < CPU_SETSIZE; ++c)
+              if (CPU_ISSET(c, &allowed)) {
+                cpu_set_t one;
+                CPU_ZERO(&one);
+                CPU_SET(c, &one);
+                sched_setaffinity(0, sizeof one, &one);
+                break;
+              }
+          volatile uint64_t spin = 0;
+          while (!stop.load(std::memory_order_relaxed))
+            spin = spin + 1;
+        });
+      double balanced = 0, even = 0;
+      for (int r = 0; r < rounds; ++r)
+        for (bool on : {true, false}) {
+          kernels::set_balanced_loops(on);
+          (on ? balanced : even) += decode_rate(model, 64, steps) / rounds;
+        }
+      kernels::set_balanced_loops(true);
+      stop = true;
+      if (busy.joinable())
+        busy.join();
+      std::cout << "  decode batch 64 (small), " << (neighbour ? "a busy thread on one CPU" : "quiet")
+                << ": the step's loops balanced over the threads vs split evenly (" << rounds
+                << " alternating runs each): " << balanced << " vs " << even << " tokens/s, ratio " << balanced / even
+                << "\n";
+      out["small"][neighbour ? "balanced_vs_even_beside_busy_thread" : "balanced_vs_even"] = balanced / even;
     }
   }
 

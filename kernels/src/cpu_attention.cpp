@@ -14,6 +14,7 @@
 // layer row by row, 0.23-0.25 ms blocked (without forced unrolling GCC kept the
 // W partial sums and the outputs in memory: 0.39-0.41 ms).
 #include "cpu_kernels.hpp"
+#include "cpu_balanced.hpp"
 #include "cpu_vectors.hpp"
 
 #include <ATen/Parallel.h>
@@ -272,7 +273,7 @@ AREAL_AVX512 void attend_avx512(const decode_attention_args& a, int64_t b, int64
 
 void decode_attention(const decode_attention_args& a) {
   auto tasks = a.batch * a.kv_heads;
-  at::parallel_for(0, tasks, 1, [&](int64_t begin, int64_t end) {
+  auto body = [&](int64_t begin, int64_t end, int64_t) {
     denormals_flushed flushed;
     thread_local std::vector<float> scores;
     for (int64_t t = begin; t < end; ++t) {
@@ -291,7 +292,8 @@ void decode_attention(const decode_attention_args& a) {
           attend_baseline(a, b, h, scores.data());
       }
     }
-  });
+  };
+  balanced_for(tasks, 1, body);  // tasks cost what their sequence's length costs
 }
 
 void write_cache_rows(float* dst, const int64_t* rows, int64_t count, const float* src, int64_t src_stride,

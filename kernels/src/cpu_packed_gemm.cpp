@@ -7,6 +7,7 @@
 // 3 rows, 12 of 16); each step over k loads the block's 32 weights once and
 // one value of each row, broadcast.
 #include "cpu_packed_gemm.hpp"
+#include "cpu_balanced.hpp"
 #include "cpu_vectors.hpp"
 
 #include <ATen/Parallel.h>
@@ -26,7 +27,8 @@ int64_t blocks_of(int64_t n) {
 }
 
 template <typename V, int R>
-AREAL_INLINE void product_body(const packed_product_args& a, int64_t b0, int64_t b1, const float* zeros) {
+AREAL_INLINE void product_body(const packed_product_args& a, int64_t b0, int64_t b1, int64_t fetch_end,
+                               const float* zeros) {
   constexpr int W = width<V>, CB = block / W;
   const int64_t k = a.k;
   for (int64_t b = b0; b < b1; ++b) {
@@ -39,7 +41,7 @@ AREAL_INLINE void product_body(const packed_product_args& a, int64_t b0, int64_t
     // The next block's weights, fetched into L2 a line at a time over this
     // block's row blocks after the first: its first rows then find them there
     // instead of waiting on memory (the first row block reads this block's own).
-    const float* next = b + 1 < b1 ? base + block * k : nullptr;
+    const float* next = b + 1 < fetch_end ? base + block * k : nullptr;
     const float* next_end = next ? next + block * k : nullptr;
     const int64_t row_blocks = (a.m + R - 1) / R;
     const int64_t every = row_blocks > 1 ? std::max<int64_t>(1, ((row_blocks - 1) * k) / (2 * k)) : 0;
@@ -95,16 +97,19 @@ AREAL_INLINE void product_body(const packed_product_args& a, int64_t b0, int64_t
   }
 }
 
-AREAL_AVX512 void product_avx512(const packed_product_args& a, int64_t b0, int64_t b1, const float* zeros) {
-  product_body<f32x16, 8>(a, b0, b1, zeros);
+AREAL_AVX512 void product_avx512(const packed_product_args& a, int64_t b0, int64_t b1, int64_t fetch_end,
+                    const float* zeros) {
+  product_body<f32x16, 8>(a, b0, b1, fetch_end, zeros);
 }
 
-AREAL_AVX2 void product_avx2(const packed_product_args& a, int64_t b0, int64_t b1, const float* zeros) {
-  product_body<f32x8, 3>(a, b0, b1, zeros);
+AREAL_AVX2 void product_avx2(const packed_product_args& a, int64_t b0, int64_t b1, int64_t fetch_end,
+                    const float* zeros) {
+  product_body<f32x8, 3>(a, b0, b1, fetch_end, zeros);
 }
 
-void product_baseline(const packed_product_args& a, int64_t b0, int64_t b1, const float* zeros) {
-  product_body<f32x8, 1>(a, b0, b1, zeros);
+void product_baseline(const packed_product_args& a, int64_t b0, int64_t b1, int64_t fetch_end,
+                    const float* zeros) {
+  product_body<f32x8, 1>(a, b0, b1, fetch_end, zeros);
 }
 
 }  // namespace
@@ -139,15 +144,16 @@ void packed_product(const packed_product_args& a) {
   std::vector<float> zeros(static_cast<size_t>(a.k), 0.0f);
   // A task's blocks: at least about 64k multiply-adds, or the start of a task outweighs them.
   int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, block * a.k * a.m));
-  at::parallel_for(0, blocks_of(a.n), grain, [&](int64_t b0, int64_t b1) {
+  auto body = [&](int64_t b0, int64_t b1, int64_t fetch_end) {
     denormals_flushed flushed;
     if (cpu_isa == isa::avx512)
-      product_avx512(a, b0, b1, zeros.data());
+      product_avx512(a, b0, b1, fetch_end, zeros.data());
     else if (cpu_isa == isa::avx2)
-      product_avx2(a, b0, b1, zeros.data());
+      product_avx2(a, b0, b1, fetch_end, zeros.data());
     else
-      product_baseline(a, b0, b1, zeros.data());
-  });
+      product_baseline(a, b0, b1, fetch_end, zeros.data());
+  };
+  balanced_for(blocks_of(a.n), grain, body);
 }
 
 }  // namespace areal::kernels::cpu

@@ -31,4 +31,10 @@ void set_compute_threads(int threads);
 /// the thread has no workers.
 void release_compute_threads();
 
+/// Whether the decode step's loops (its products over packed weights, decode
+/// attention) let a thread done with its share take items from another's
+/// (on, the default; cpu_balanced.hpp says why) or split them evenly and wait
+/// for the slowest thread. Process-wide; for benchmarks that compare the two.
+void set_balanced_loops(bool on);
+
 }  // namespace areal::kernels
