@@ -11,6 +11,8 @@
 //     start runs them, one replica per thread, FLOPs and ceiling as for the
 //     PPO step, for both presets;
 //   - packed vs padded micro-batches on long-tailed sequence lengths (useful tokens/s);
+//   - the causal attention of a long-tailed packed micro-batch, its tasks balanced over the threads vs
+//     split evenly;
 //   - chunked vs naive log-probabilities at vocab 151,936: peak memory and time.
 // Usage: bench_training [--quick] [--json FILE] [--threads N]
 #include <sys/resource.h>
@@ -265,6 +267,38 @@ int main(int argc, char** argv) {
               << " tokens/s vs padded " << padded_rate << " tokens/s: ratio " << packed_rate / padded_rate
               << " (tokens computed: packed " << packed_computed << ", padded " << padded_computed << ")\n";
     out["packed_vs_padded"] = packed_rate / padded_rate;
+  }
+
+  // The attention of one long-tailed packed micro-batch on all the threads (as a trainer with one replica runs
+  // it), its (sequence, head) tasks balanced over the threads (cpu_balanced.hpp) against split evenly.
+  {
+    std::vector<int64_t> lengths = {1024, 96, 80, 64, 64, 48, 48, 40, 32, 32, 32, 24, 24, 16, 16, 16};
+    std::vector<int64_t> cu{0};
+    for (auto l : lengths)
+      cu.push_back(cu.back() + l);
+    int64_t heads = 8, kv_heads = 2, head_dim = 64;
+    auto qkv = at::randn({cu.back(), (heads + 2 * kv_heads) * head_dim}).requires_grad_(true);
+    auto pass = [&] {
+      fused::causal_attention(qkv, cu, heads, kv_heads, head_dim).sum().backward();
+      qkv.mutable_grad().reset();
+    };
+    int rounds = quick ? 2 : 4, passes = quick ? 4 : 10;
+    double balanced = 0, even = 0;
+    for (int r = 0; r < rounds; ++r)
+      for (bool on : {true, false}) {
+        set_balanced_loops(on);
+        pass();
+        auto start = std::chrono::steady_clock::now();
+        for (int i = 0; i < passes; ++i)
+          pass();
+        (on ? balanced : even) += seconds_since(start) / passes / rounds;
+      }
+    set_balanced_loops(true);
+    std::cout << "causal attention of a long-tailed packed micro-batch (16 sequences, 1,024 tokens the longest, "
+              << heads << " heads, " << kv_heads << " kv heads, forward + backward, " << at::get_num_threads()
+              << " threads): tasks balanced over the threads " << balanced * 1e3 << " ms vs split evenly "
+              << even * 1e3 << " ms: " << even / balanced << "x\n";
+    out["attention_balanced_vs_even"] = even / balanced;
   }
 
   if (!json_path.empty())

@@ -17,6 +17,7 @@
 // accumulators); the weighted sums keep the block's outputs in registers over
 // all keys; the key and value gradients take each key row once per block and
 // add the block's 4 contributions in registers.
+#include "cpu_balanced.hpp"
 #include "cpu_train_kernels.hpp"
 #include "cpu_vectors.hpp"
 
@@ -346,6 +347,7 @@ bool avx512_width(int64_t head_dim) {
 }
 
 // Runs body(task) for every (sequence, kv head) with a non-empty sequence, on ATen's intra-op threads.
+// A task costs what its sequence's length squared costs: balanced_for, not an even split by count.
 template <typename F>
 void for_tasks(const causal_attention_args& a, F body) {
   std::vector<int64_t> firsts, lengths;
@@ -355,7 +357,7 @@ void for_tasks(const causal_attention_args& a, F body) {
       lengths.push_back(a.cu_seqlens[s + 1] - a.cu_seqlens[s]);
     }
   auto count = static_cast<int64_t>(firsts.size()) * a.kv_heads;
-  at::parallel_for(0, count, 1, [&](int64_t begin, int64_t end) {
+  balanced_for(count, 1, [&](int64_t begin, int64_t end, int64_t) {
     denormals_flushed flushed;
     thread_local buffers b;
     for (int64_t t = begin; t < end; ++t) {
