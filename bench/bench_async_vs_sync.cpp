@@ -28,7 +28,10 @@
 //      cores training still takes most of the time), 60 steps in full mode
 //      (at 6, filling and draining the pipeline took 34-59% of the time; at
 //      30, 7-13%).
-// Usage: bench_async_vs_sync [--quick] [--json FILE] [--threads N]
+//   4. --rounds N runs every row N times, round-robin, each against its own
+//      round's sync, and prints each row's mean and range: on this shared
+//      machine the same row's speed moved by up to a third between minutes.
+// Usage: bench_async_vs_sync [--quick] [--json FILE] [--threads N] [--workload demo|long-tail] [--rounds N]
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -73,9 +76,25 @@ int main(int argc, char** argv) {
   kernels::tune_allocator();
   // --workload demo|long-tail (default: both); the other flags are every benchmark's.
   auto only = bench::take_flag(argc, argv, "--workload", "");
-  const char* usage = "bench_async_vs_sync [--workload demo|long-tail]";
+  const char* usage = "bench_async_vs_sync [--workload demo|long-tail] [--rounds N]";
   if (!only.empty() && only != "demo" && only != "long-tail") {
     std::cerr << "--workload " << only << ": not a workload; give demo or long-tail\nusage: " << usage << "\n";
+    return 2;
+  }
+  // --rounds N: every row N times, round-robin (sync first in each round, the others against it), so that a
+  // drift of the machine's speed over the minutes of a run spreads over the rows instead of favouring some.
+  auto rounds_text = bench::take_flag(argc, argv, "--rounds", "1");
+  int rounds = 0;
+  try {
+    size_t used = 0;
+    rounds = std::stoi(rounds_text, &used);
+    if (used != rounds_text.size())
+      rounds = 0;
+  } catch (const std::exception&) {
+    rounds = 0;
+  }
+  if (rounds < 1 || rounds > 20) {
+    std::cerr << "--rounds " << rounds_text << ": give a whole number from 1 to 20\nusage: " << usage << "\n";
     return 2;
   }
   auto opts = bench::parse_options(argc, argv, usage);
@@ -220,123 +239,158 @@ int main(int argc, char** argv) {
                       true});
     nlohmann::json runs = nlohmann::json::array();
     double sync_rate = 0, sync_accuracy = 0, sync_cpu_per_token = 0;
-    for (auto& row : rows) {
-      auto overrides = row.overrides;
-      overrides.push_back("model.path=\"" + model_dir.string() + "\"");
-      overrides.push_back("sft.steps=0");
-      auto dir = scratch / "run";
-      fs::remove_all(dir);
-      auto result = run_job(make_config(w, threads, overrides), dir, threads, row.share);
-      if (result.exit_code != 0)
-        return fail(row.name + ": the run failed: " + result.why);
-      auto& s = result.stats;
-      double tokens_per_s = static_cast<double>(s.trained_tokens) / result.rl_seconds;
-      // Fill and drain: the time before the first step beyond one steady step
-      // interval, and after the last step (from metrics.jsonl's step times).
-      std::vector<double> step_times;
-      {
-        std::ifstream metrics(dir / "metrics.jsonl");
-        std::string line;
-        while (std::getline(metrics, line)) {
-          auto j = nlohmann::json::parse(line, nullptr, false);
-          if (j.is_object() && j.value("event", "") == "step")
-            step_times.push_back(j.value("time_s", 0.0));
+    struct spread {
+      std::vector<double> vs_sync, of_bound, tokens_per_s;
+    };
+    std::vector<spread> spreads(rows.size());
+    for (int round = 0; round < rounds; ++round)
+      for (size_t r = 0; r < rows.size(); ++r) {
+        auto& row = rows[r];
+        auto label = rounds > 1 ? row.name + " (round " + std::to_string(round + 1) + ")" : row.name;
+        auto overrides = row.overrides;
+        overrides.push_back("model.path=\"" + model_dir.string() + "\"");
+        overrides.push_back("sft.steps=0");
+        auto dir = scratch / "run";
+        fs::remove_all(dir);
+        auto result = run_job(make_config(w, threads, overrides), dir, threads, row.share);
+        if (result.exit_code != 0)
+          return fail(label + ": the run failed: " + result.why);
+        auto& s = result.stats;
+        double tokens_per_s = static_cast<double>(s.trained_tokens) / result.rl_seconds;
+        // Fill and drain: the time before the first step beyond one steady step
+        // interval, and after the last step (from metrics.jsonl's step times).
+        std::vector<double> step_times;
+        {
+          std::ifstream metrics(dir / "metrics.jsonl");
+          std::string line;
+          while (std::getline(metrics, line)) {
+            auto j = nlohmann::json::parse(line, nullptr, false);
+            if (j.is_object() && j.value("event", "") == "step")
+              step_times.push_back(j.value("time_s", 0.0));
+          }
         }
+        double fill_drain = -1;
+        if (step_times.size() >= 2) {
+          double interval = (step_times.back() - step_times.front()) / static_cast<double>(step_times.size() - 1);
+          fill_drain =
+              (std::max(0.0, step_times.front() - interval) + std::max(0.0, result.rl_seconds - step_times.back())) /
+              result.rl_seconds;
+        }
+        double samples_per_s = static_cast<double>(s.trained) / result.rl_seconds;
+        // How busy the cores were (the process's CPU time over the RL phase), and
+        // the CPU time each trained token cost, every thread of the job counted.
+        double cores_busy = result.rl_cpu_seconds / (result.rl_seconds * threads);
+        double cpu_per_token = result.rl_cpu_seconds / static_cast<double>(std::max<int64_t>(1, s.trained_tokens));
+        if (row.name == "sync") {
+          sync_rate = tokens_per_s;
+          sync_accuracy = result.accuracy_after;
+          sync_cpu_per_token = cpu_per_token;
+        }
+        spreads[r].vs_sync.push_back(tokens_per_s / sync_rate);
+        spreads[r].of_bound.push_back(tokens_per_s / bound);
+        spreads[r].tokens_per_s.push_back(tokens_per_s);
+        std::cout << label << ": " << tokens_per_s << " trained tokens/s, " << samples_per_s << " samples/s; vs sync "
+                  << tokens_per_s / sync_rate << "x; " << tokens_per_s / bound << " of the bound; fill and drain "
+                  << 100 * fill_drain << "% of the time; held-out accuracy " << 100 * result.accuracy_before << "% -> "
+                  << 100 * result.accuracy_after << "% (vs sync " << 100 * (result.accuracy_after - sync_accuracy)
+                  << " points) after " << s.trained << " samples; max staleness " << s.max_staleness << ", dropped "
+                  << s.dropped << "; cores busy " << cores_busy << ", CPU per trained token " << 1e6 * cpu_per_token
+                  << " us (vs sync " << cpu_per_token / sync_cpu_per_token << "x)" << std::endl;
+        // Where the time went, against the capacities the bound is made of: the
+        // trainer's share of the RL time and its speed within its steps against T
+        // alone; the engine's share, its speed against G alone (a full batch) on
+        // the threads it gets beside the trainer (all of them in sync, where it
+        // computes alone), and the sequences it decodes a step.
+        bench::time_use use;
+        try {
+          use = bench::read_time_use(dir / "trace.json");
+        } catch (const std::exception& e) {
+          return fail(label + ": " + e.what());
+        }
+        int engine_threads = row.name == "sync" ? threads : std::max(1, threads / 2);
+        int trainer_threads = row.share ? threads : std::max(1, threads / 2);
+        double trainer_share = use.train_s / result.rl_seconds;
+        double training_vs_alone =
+            static_cast<double>(s.trained_tokens) / use.train_s / caps[static_cast<size_t>(trainer_threads)].training;
+        double engine_beside = use.generate_beside_train_s / use.train_s;
+        double engine_share = use.generate_s / result.rl_seconds;
+        double decoding_vs_alone = static_cast<double>(use.decode_rows) / std::max(1e-9, use.generate_s) /
+                                   caps[static_cast<size_t>(engine_threads)].generation;
+        double mean_batch =
+            static_cast<double>(use.decode_rows) / static_cast<double>(std::max<int64_t>(1, use.engine_steps));
+        // CPU time of the threads that recorded the steps, against the steps' wall
+        // time: how much of a step its thread computed (the rest it waited for a
+        // core, or for the other replicas), and the engine's decoding per CPU
+        // second of its one thread against G alone on one.
+        double trainer_computing = use.train_cpu_s / std::max(1e-9, use.train_s);
+        double engine_computing = use.generate_cpu_s / std::max(1e-9, use.generate_s);
+        std::cout << "  time: the trainer in a step " << trainer_share << " of the RL time, at " << training_vs_alone
+                  << " of T alone on " << trainer_threads << " thread(s) (an engine step beside it " << engine_beside
+                  << " of that time; its first replica's thread computing " << trainer_computing
+                  << " of it); the engine in a step " << engine_share << " of the RL time, decoding at "
+                  << decoding_vs_alone << " of G alone on " << engine_threads << " thread(s) (its thread computing "
+                  << engine_computing << " of that time";
+        double decoding_per_cpu = 0;
+        if (engine_threads == 1 && use.generate_cpu_s > 0) {
+          decoding_per_cpu = static_cast<double>(use.decode_rows) / use.generate_cpu_s / caps[1].generation;
+          std::cout << "; per CPU second " << decoding_per_cpu << " of G alone";
+        }
+        std::cout << "), " << mean_batch << " sequences a step of " << slots << " slots" << std::endl;
+        if (row.name == "sync")
+          // A schedule that keeps every core busy with no more CPU work per token
+          // trains at most 1 / cores_busy times as fast: the ceiling that
+          // overlapping the phases can reach on this workload, measured.
+          std::cout << "  (sync kept the cores busy " << cores_busy << " of the time: at its CPU time per token, no "
+                    << "schedule on " << threads << " cores trains faster than " << 1 / cores_busy << "x sync)"
+                    << std::endl;
+        runs.push_back({{"name", label},
+                        {"cores_busy", cores_busy},
+                        {"cpu_seconds_per_trained_token", cpu_per_token},
+                        {"trained_tokens_per_s", tokens_per_s},
+                        {"samples_per_s", samples_per_s},
+                        {"ratio_to_sync", tokens_per_s / sync_rate},
+                        {"fraction_of_bound", tokens_per_s / bound},
+                        {"fill_drain_fraction", fill_drain},
+                        {"accuracy_before", result.accuracy_before},
+                        {"accuracy_after", result.accuracy_after},
+                        {"trained_samples", s.trained},
+                        {"max_staleness", s.max_staleness},
+                        {"dropped", s.dropped},
+                        {"rl_seconds", result.rl_seconds},
+                        {"trainer_step_fraction", trainer_share},
+                        {"training_speed_vs_alone", training_vs_alone},
+                        {"engine_beside_trainer_fraction", engine_beside},
+                        {"engine_step_fraction", engine_share},
+                        {"decoding_speed_vs_alone", decoding_vs_alone},
+                        {"trainer_thread_computing_fraction", trainer_computing},
+                        {"engine_thread_computing_fraction", engine_computing},
+                        {"decoding_per_cpu_second_vs_alone", decoding_per_cpu},
+                        {"mean_decode_batch", mean_batch}});
       }
-      double fill_drain = -1;
-      if (step_times.size() >= 2) {
-        double interval = (step_times.back() - step_times.front()) / static_cast<double>(step_times.size() - 1);
-        fill_drain =
-            (std::max(0.0, step_times.front() - interval) + std::max(0.0, result.rl_seconds - step_times.back())) /
-            result.rl_seconds;
+    nlohmann::json over_rounds = nlohmann::json::array();
+    if (rounds > 1) {
+      auto mean = [](const std::vector<double>& v) {
+        double sum = 0;
+        for (auto x : v)
+          sum += x;
+        return sum / static_cast<double>(std::max<size_t>(1, v.size()));
+      };
+      auto range = [](const std::vector<double>& v) {
+        std::ostringstream os;
+        os << std::setprecision(3) << *std::min_element(v.begin(), v.end()) << "-" << *std::max_element(v.begin(), v.end());
+        return os.str();
+      };
+      std::cout << "over " << rounds << " rounds (mean, then the range):\n";
+      for (size_t r = 0; r < rows.size(); ++r) {
+        auto& sp = spreads[r];
+        std::cout << "  " << rows[r].name << ": " << mean(sp.tokens_per_s) << " trained tokens/s ("
+                  << range(sp.tokens_per_s) << "); vs sync " << mean(sp.vs_sync) << "x (" << range(sp.vs_sync) << "); "
+                  << mean(sp.of_bound) << " of the bound (" << range(sp.of_bound) << ")\n";
+        over_rounds.push_back({{"name", rows[r].name},
+                               {"trained_tokens_per_s", sp.tokens_per_s},
+                               {"ratio_to_sync", sp.vs_sync},
+                               {"fraction_of_bound", sp.of_bound}});
       }
-      double samples_per_s = static_cast<double>(s.trained) / result.rl_seconds;
-      // How busy the cores were (the process's CPU time over the RL phase), and
-      // the CPU time each trained token cost, every thread of the job counted.
-      double cores_busy = result.rl_cpu_seconds / (result.rl_seconds * threads);
-      double cpu_per_token = result.rl_cpu_seconds / static_cast<double>(std::max<int64_t>(1, s.trained_tokens));
-      if (row.name == "sync") {
-        sync_rate = tokens_per_s;
-        sync_accuracy = result.accuracy_after;
-        sync_cpu_per_token = cpu_per_token;
-      }
-      std::cout << row.name << ": " << tokens_per_s << " trained tokens/s, " << samples_per_s << " samples/s; vs sync "
-                << tokens_per_s / sync_rate << "x; " << tokens_per_s / bound << " of the bound; fill and drain "
-                << 100 * fill_drain << "% of the time; held-out accuracy " << 100 * result.accuracy_before << "% -> "
-                << 100 * result.accuracy_after << "% (vs sync " << 100 * (result.accuracy_after - sync_accuracy)
-                << " points) after " << s.trained << " samples; max staleness " << s.max_staleness << ", dropped "
-                << s.dropped << "; cores busy " << cores_busy << ", CPU per trained token " << 1e6 * cpu_per_token
-                << " us (vs sync " << cpu_per_token / sync_cpu_per_token << "x)" << std::endl;
-      // Where the time went, against the capacities the bound is made of: the
-      // trainer's share of the RL time and its speed within its steps against T
-      // alone; the engine's share, its speed against G alone (a full batch) on
-      // the threads it gets beside the trainer (all of them in sync, where it
-      // computes alone), and the sequences it decodes a step.
-      bench::time_use use;
-      try {
-        use = bench::read_time_use(dir / "trace.json");
-      } catch (const std::exception& e) {
-        return fail(row.name + ": " + e.what());
-      }
-      int engine_threads = row.name == "sync" ? threads : std::max(1, threads / 2);
-      int trainer_threads = row.share ? threads : std::max(1, threads / 2);
-      double trainer_share = use.train_s / result.rl_seconds;
-      double training_vs_alone =
-          static_cast<double>(s.trained_tokens) / use.train_s / caps[static_cast<size_t>(trainer_threads)].training;
-      double engine_beside = use.generate_beside_train_s / use.train_s;
-      double engine_share = use.generate_s / result.rl_seconds;
-      double decoding_vs_alone = static_cast<double>(use.decode_rows) / std::max(1e-9, use.generate_s) /
-                                 caps[static_cast<size_t>(engine_threads)].generation;
-      double mean_batch =
-          static_cast<double>(use.decode_rows) / static_cast<double>(std::max<int64_t>(1, use.engine_steps));
-      // CPU time of the threads that recorded the steps, against the steps' wall
-      // time: how much of a step its thread computed (the rest it waited for a
-      // core, or for the other replicas), and the engine's decoding per CPU
-      // second of its one thread against G alone on one.
-      double trainer_computing = use.train_cpu_s / std::max(1e-9, use.train_s);
-      double engine_computing = use.generate_cpu_s / std::max(1e-9, use.generate_s);
-      std::cout << "  time: the trainer in a step " << trainer_share << " of the RL time, at " << training_vs_alone
-                << " of T alone on " << trainer_threads << " thread(s) (an engine step beside it " << engine_beside
-                << " of that time; its first replica's thread computing " << trainer_computing
-                << " of it); the engine in a step " << engine_share << " of the RL time, decoding at "
-                << decoding_vs_alone << " of G alone on " << engine_threads << " thread(s) (its thread computing "
-                << engine_computing << " of that time";
-      double decoding_per_cpu = 0;
-      if (engine_threads == 1 && use.generate_cpu_s > 0) {
-        decoding_per_cpu = static_cast<double>(use.decode_rows) / use.generate_cpu_s / caps[1].generation;
-        std::cout << "; per CPU second " << decoding_per_cpu << " of G alone";
-      }
-      std::cout << "), " << mean_batch << " sequences a step of " << slots << " slots" << std::endl;
-      if (row.name == "sync")
-        // A schedule that keeps every core busy with no more CPU work per token
-        // trains at most 1 / cores_busy times as fast: the ceiling that
-        // overlapping the phases can reach on this workload, measured.
-        std::cout << "  (sync kept the cores busy " << cores_busy << " of the time: at its CPU time per token, no "
-                  << "schedule on " << threads << " cores trains faster than " << 1 / cores_busy << "x sync)"
-                  << std::endl;
-      runs.push_back({{"name", row.name},
-                      {"cores_busy", cores_busy},
-                      {"cpu_seconds_per_trained_token", cpu_per_token},
-                      {"trained_tokens_per_s", tokens_per_s},
-                      {"samples_per_s", samples_per_s},
-                      {"ratio_to_sync", tokens_per_s / sync_rate},
-                      {"fraction_of_bound", tokens_per_s / bound},
-                      {"fill_drain_fraction", fill_drain},
-                      {"accuracy_before", result.accuracy_before},
-                      {"accuracy_after", result.accuracy_after},
-                      {"trained_samples", s.trained},
-                      {"max_staleness", s.max_staleness},
-                      {"dropped", s.dropped},
-                      {"rl_seconds", result.rl_seconds},
-                      {"trainer_step_fraction", trainer_share},
-                      {"training_speed_vs_alone", training_vs_alone},
-                      {"engine_beside_trainer_fraction", engine_beside},
-                      {"engine_step_fraction", engine_share},
-                      {"decoding_speed_vs_alone", decoding_vs_alone},
-                      {"trainer_thread_computing_fraction", trainer_computing},
-                      {"engine_thread_computing_fraction", engine_computing},
-                      {"decoding_per_cpu_second_vs_alone", decoding_per_cpu},
-                      {"mean_decode_batch", mean_batch}});
     }
     nlohmann::json capacities = nlohmann::json::array();
     for (int k = 1; k <= threads; ++k)
@@ -355,7 +409,9 @@ int main(int argc, char** argv) {
                                    {"bound_from", bound_how},
                                    {"bound_if_phases_did_not_interfere", assumed_bound},
                                    {"alternating_bound", alternating},
-                                   {"runs", runs}});
+                                   {"runs", runs},
+                                   {"rounds", rounds},
+                                   {"over_rounds", over_rounds}});
   }
   fs::remove_all(scratch);
   if (!opts.json_path.empty())
