@@ -109,7 +109,7 @@ TEST_CASE("a model trained by the trainer's own optimizer loop decodes with its 
   trainer t(model, config);
   std::vector<sft_sample> data;
   for (int i = 0; i < 4; ++i)
-    data.push_back({{1, static_cast<int32_t>(2 + i)}, {3, 4, 5, static_cast<int32_t>(6 + i)}});
+    data.push_back({{1, static_cast<int32_t>(2 + i)}, {3, 4, 5, static_cast<int32_t>(6 + i)}, {}});
   t.sft_update(data);
   at::NoGradGuard no_grad;
   auto after = decode_logits(model);

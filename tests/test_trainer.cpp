@@ -211,7 +211,7 @@ TEST_CASE("in bfloat16 the engine and the trainer agree, and bfloat16 is what th
   trainer_config tc;
   tc.optimizer.lr = 1e-2;
   trainer sft(model, tc);
-  sft_sample sample{{1, 2, 3}, {4, 5, 6, 7}};
+  sft_sample sample{{1, 2, 3}, {4, 5, 6, 7}, {}};
   auto first = sft.sft_update({sample}).loss;
   double last = first;
   for (int i = 0; i < 10; ++i)

@@ -17,8 +17,6 @@
 #include "cpu_balanced.hpp"
 #include "cpu_vectors.hpp"
 
-#include <ATen/Parallel.h>
-
 #include <algorithm>
 #include <cstring>
 #include <vector>

@@ -98,17 +98,16 @@ AREAL_INLINE void product_body(const packed_product_args& a, int64_t b0, int64_t
 }
 
 AREAL_AVX512 void product_avx512(const packed_product_args& a, int64_t b0, int64_t b1, int64_t fetch_end,
-                    const float* zeros) {
+                                 const float* zeros) {
   product_body<f32x16, 8>(a, b0, b1, fetch_end, zeros);
 }
 
 AREAL_AVX2 void product_avx2(const packed_product_args& a, int64_t b0, int64_t b1, int64_t fetch_end,
-                    const float* zeros) {
+                             const float* zeros) {
   product_body<f32x8, 3>(a, b0, b1, fetch_end, zeros);
 }
 
-void product_baseline(const packed_product_args& a, int64_t b0, int64_t b1, int64_t fetch_end,
-                    const float* zeros) {
+void product_baseline(const packed_product_args& a, int64_t b0, int64_t b1, int64_t fetch_end, const float* zeros) {
   product_body<f32x8, 1>(a, b0, b1, fetch_end, zeros);
 }
 

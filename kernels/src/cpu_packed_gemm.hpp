@@ -24,7 +24,7 @@ void pack_weight(const float* w, int64_t n, int64_t k, float* packed);
 
 /// y[r, 0..n) = (accumulate ? y[r, 0..n) : 0) + x[r, 0..k) . w^T (+ bias[0..n) when not null)
 /// for rows r < m. x and y are row-major with row strides x_stride and y_stride;
-/// y must not overlap x. Column blocks are split over ATen's intra-op threads.
+/// y must not overlap x. Column blocks are balanced over ATen's intra-op threads (cpu_balanced.hpp).
 struct packed_product_args {
   const float* x = nullptr;
   int64_t x_stride = 0;

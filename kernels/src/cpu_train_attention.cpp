@@ -21,8 +21,6 @@
 #include "cpu_train_kernels.hpp"
 #include "cpu_vectors.hpp"
 
-#include <ATen/Parallel.h>
-
 #include <algorithm>
 #include <cmath>
 #include <vector>
