@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -12,6 +13,7 @@
 #include <random>
 
 #include "areal/kernels/blas_probe.hpp"
+#include "areal/kernels/compute_threads.hpp"
 #include "areal/kernels/engine.hpp"
 #include "areal/kernels/model_config.hpp"
 #include "areal/kernels/trainer.hpp"
@@ -22,6 +24,22 @@ namespace areal::bench {
 /// Seconds since `start` on the steady clock.
 inline double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+/// The means of `measure()` over `rounds` runs with the CPU loops balanced over the threads and as many
+/// with them split evenly (kernels::set_balanced_loops), alternating; balanced again afterwards.
+struct balanced_and_even {
+  double balanced = 0, even = 0;
+};
+inline balanced_and_even measure_balanced_and_even(int rounds, const std::function<double()>& measure) {
+  balanced_and_even m;
+  for (int r = 0; r < rounds; ++r)
+    for (bool on : {true, false}) {
+      kernels::set_balanced_loops(on);
+      (on ? m.balanced : m.even) += measure() / rounds;
+    }
+  kernels::set_balanced_loops(true);
+  return m;
 }
 
 struct options {

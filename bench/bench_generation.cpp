@@ -254,13 +254,7 @@ int main(int argc, char** argv) {
           while (!stop.load(std::memory_order_relaxed))
             spin = spin + 1;
         });
-      double balanced = 0, even = 0;
-      for (int r = 0; r < rounds; ++r)
-        for (bool on : {true, false}) {
-          kernels::set_balanced_loops(on);
-          (on ? balanced : even) += decode_rate(model, 64, steps) / rounds;
-        }
-      kernels::set_balanced_loops(true);
+      auto [balanced, even] = bench::measure_balanced_and_even(rounds, [&] { return decode_rate(model, 64, steps); });
       stop = true;
       if (busy.joinable())
         busy.join();

@@ -283,17 +283,13 @@ int main(int argc, char** argv) {
       qkv.mutable_grad().reset();
     };
     int rounds = quick ? 2 : 4, passes = quick ? 4 : 10;
-    double balanced = 0, even = 0;
-    for (int r = 0; r < rounds; ++r)
-      for (bool on : {true, false}) {
-        set_balanced_loops(on);
+    auto [balanced, even] = areal::bench::measure_balanced_and_even(rounds, [&] {
+      pass();
+      auto start = std::chrono::steady_clock::now();
+      for (int i = 0; i < passes; ++i)
         pass();
-        auto start = std::chrono::steady_clock::now();
-        for (int i = 0; i < passes; ++i)
-          pass();
-        (on ? balanced : even) += seconds_since(start) / passes / rounds;
-      }
-    set_balanced_loops(true);
+      return seconds_since(start) / passes;
+    });
     std::cout << "causal attention of a long-tailed packed micro-batch (16 sequences, 1,024 tokens the longest, "
               << heads << " heads, " << kv_heads << " kv heads, forward + backward, " << at::get_num_threads()
               << " threads): tasks balanced over the threads " << balanced * 1e3 << " ms vs split evenly "

@@ -46,13 +46,13 @@ void balanced_for(int64_t n, int64_t grain, const std::function<void(int64_t, in
   grain = std::max<int64_t>(1, grain);
   int64_t units = (n + grain - 1) / grain;
   int64_t threads = std::min<int64_t>(at::get_num_threads(), units);
-  // Shares are counted in items as 32-bit numbers; a longer range runs as split evenly.
-  if (threads <= 1 || at::in_parallel_region() || n >= (int64_t{1} << 31) ||
-      !balancing.load(std::memory_order_relaxed)) {
-    if (threads <= 1 || at::in_parallel_region())
-      run(0, n, n);
-    else
-      at::parallel_for(0, n, grain, [&](int64_t b0, int64_t b1) { run(b0, b1, b1); });
+  if (threads <= 1 || at::in_parallel_region()) {
+    run(0, n, n);
+    return;
+  }
+  // Switched off, or longer than a share's 32-bit item counts reach: split evenly.
+  if (!balancing.load(std::memory_order_relaxed) || n >= (int64_t{1} << 31)) {
+    at::parallel_for(0, n, grain, [&](int64_t b0, int64_t b1) { run(b0, b1, b1); });
     return;
   }
   std::unique_ptr<share[]> shares(new share[static_cast<size_t>(threads)]);
