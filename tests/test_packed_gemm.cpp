@@ -54,6 +54,55 @@ TEST_CASE("a product over a packed weight is x times the weight transposed, with
         }
 }
 
+TEST_CASE("a packed product takes an RMSNorm folded in, and the SwiGLU packing writes silu(gate) times up") {
+  auto detected = cpu::detect_isa();
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
+  for (auto set : cpu::runnable_isas())
+    for (int64_t m : {1, 5, 8, 13})
+      for (int64_t width : {1, 16, 17, 40})
+        for (int64_t k : {1, 7, 64}) {
+          INFO("instruction set " << static_cast<int>(set) << ", m " << m << ", width " << width << ", k " << k);
+          auto x = at::randn({m, k}, gen);
+          auto norm = at::rand({k}, gen) + 0.5;       // the norm's weight, folded into the packing
+          auto row_scale = at::rand({m}, gen) + 0.5;  // each row's inverse RMS, given to the product
+          auto w = at::randn({width, k}, gen), gate_up = at::randn({2 * width, k}, gen), bias = at::randn({width}, gen);
+          std::vector<float> packed(static_cast<size_t>(cpu::packed_size(width, k)), -1.0f);
+          std::vector<float> paired(static_cast<size_t>(cpu::packed_swiglu_size(width, k)), -1.0f);
+          cpu::cpu_isa = set;
+          cpu::pack_weight(w.data_ptr<float>(), width, k, packed.data(), norm.data_ptr<float>());
+          cpu::pack_swiglu(gate_up.data_ptr<float>(), width, k, paired.data(), norm.data_ptr<float>());
+          auto plain = at::full({m, width}, 7.0f), swiglu = at::full({m, width}, 7.0f);
+          cpu::packed_product_args a;
+          a.x = x.data_ptr<float>();
+          a.x_stride = k;
+          a.m = m;
+          a.packed = packed.data();
+          a.n = width;
+          a.k = k;
+          a.bias = bias.data_ptr<float>();
+          a.row_scale = row_scale.data_ptr<float>();
+          a.y = plain.data_ptr<float>();
+          a.y_stride = width;
+          cpu::packed_product(a);
+          a.packed = paired.data();
+          a.bias = nullptr;
+          a.swiglu = true;
+          a.y = swiglu.data_ptr<float>();
+          cpu::packed_product(a);
+          cpu::cpu_isa = detected;
+          // The normalized rows times the plain weights, in float64.
+          auto normed = x.to(at::kDouble) * row_scale.to(at::kDouble).unsqueeze(1) * norm.to(at::kDouble);
+          auto want = at::mm(normed, w.to(at::kDouble).t()) + bias.to(at::kDouble);
+          CHECK(at::allclose(plain.to(at::kDouble), want, 1e-5, 1e-5));
+          auto halves = at::mm(normed, gate_up.to(at::kDouble).t()).chunk(2, 1);
+          // A product of two inexact factors: its error scales with the factors, not with the product,
+          // so the tolerance is relative to the largest value.
+          auto want_swiglu = at::silu(halves[0]) * halves[1];
+          auto largest = want_swiglu.abs().max().item<double>();
+          CHECK(at::allclose(swiglu.to(at::kDouble), want_swiglu, 1e-5, 1e-5 * largest));
+        }
+}
+
 namespace {
 
 // The logits of one decode step (after a 5-token prefill) for 3 sequences, on the CPU's loops.
@@ -91,6 +140,15 @@ TEST_CASE("the decode step's packed weights follow the model's weights as they c
     auto after = decode_logits(model);
     CHECK_FALSE(at::allclose(after, before, 1e-3, 1e-3));
     CHECK(at::allclose(after, aten_decode_logits(other), 1e-4, 1e-5));
+  }
+  SUBCASE("norm weights that are not ones (the packed products fold them into their weights)") {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(6);
+    for (auto name : {"model.layers.0.input_layernorm.weight", "model.layers.1.post_attention_layernorm.weight",
+                      "model.norm.weight"})
+      model.parameter(name).copy_(at::rand({model.config().hidden_size}, gen) + 0.5);
+    auto after = decode_logits(model);
+    CHECK_FALSE(at::allclose(after, before, 1e-3, 1e-3));
+    CHECK(at::allclose(after, aten_decode_logits(model), 1e-4, 1e-5));
   }
   SUBCASE("a write into one parameter's view") {
     model.parameter("model.layers.1.mlp.down_proj.weight").mul_(3.0);

@@ -73,6 +73,12 @@ AREAL_INLINE float exp_nonpositive(float x) {
   return p * two_k;
 }
 
+// sigmoid(g) = 1 / (1 + e^-g); exp_nonpositive clamps its argument to
+// [-87, 88], so this holds for every g (and has no branch: it vectorizes).
+AREAL_INLINE float sigmoid(float g) {
+  return 1.0f / (1.0f + exp_nonpositive(-g));
+}
+
 // Denormal floats flushed to zero (results) and read as zero (operands) on
 // this thread while it lives; the previous mode is restored after. Each task
 // of a hand-written loop runs under one: an operand or result below

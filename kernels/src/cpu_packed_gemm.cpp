@@ -5,7 +5,9 @@
 // once and stay in cache for the next rows. R rows at a time keep R x 32
 // accumulators in registers (AVX-512: 8 rows, 16 of the 32 registers; AVX2:
 // 3 rows, 12 of 16); each step over k loads the block's 32 weights once and
-// one value of each row, broadcast.
+// one value of each row, broadcast. The epilogue scales each row (an RMSNorm
+// folded in), adds the bias or what y holds, or, for a SwiGLU packing, writes
+// silu(gate) * up from the block's two panels.
 #include "cpu_packed_gemm.hpp"
 #include "cpu_balanced.hpp"
 #include "cpu_vectors.hpp"
@@ -26,6 +28,11 @@ int64_t blocks_of(int64_t n) {
   return (n + block - 1) / block;
 }
 
+// Output columns a block of the product writes: 32, or 16 with SwiGLU (its two panels are gate and up).
+int64_t block_outputs(const packed_product_args& a) {
+  return a.swiglu ? panel : block;
+}
+
 template <typename V, int R>
 AREAL_INLINE void product_body(const packed_product_args& a, int64_t b0, int64_t b1, int64_t fetch_end,
                                const float* zeros) {
@@ -37,7 +44,7 @@ AREAL_INLINE void product_body(const packed_product_args& a, int64_t b0, int64_t
 #pragma GCC unroll 4
     for (int v = 0; v < CB; ++v)
       bp[v] = base + (v * W / panel) * panel * k + (v * W) % panel;
-    const int64_t col0 = b * block, cols = std::min(block, a.n - col0);
+    const int64_t col0 = b * block_outputs(a), cols = std::min(block_outputs(a), a.n - col0);
     // The next block's weights, fetched into L2 a line at a time over this
     // block's row blocks after the first: its first rows then find them there
     // instead of waiting on memory (the first row block reads this block's own).
@@ -74,8 +81,29 @@ AREAL_INLINE void product_body(const packed_product_args& a, int64_t b0, int64_t
       }
       const int64_t rows = std::min<int64_t>(R, a.m - r0);
       for (int64_t r = 0; r < rows; ++r) {
+        if (a.row_scale) {
+          float scale = a.row_scale[r0 + r];
+#pragma GCC unroll 4
+          for (int v = 0; v < CB; ++v)
+            acc[r][v] *= scale;
+        }
         float* yr = a.y + (r0 + r) * a.y_stride + col0;
-        if (cols == block) {
+        if (a.swiglu) {
+          float gate[panel], up[panel];
+#pragma GCC unroll 4
+          for (int v = 0; v < CB / 2; ++v) {
+            store(gate + v * W, acc[r][v]);
+            store(up + v * W, acc[r][CB / 2 + v]);
+          }
+          if (cols == panel) {
+#pragma omp simd
+            for (int64_t j = 0; j < panel; ++j)
+              yr[j] = gate[j] * sigmoid(gate[j]) * up[j];
+          } else {  // the last block of a width that is not a multiple of 16
+            for (int64_t j = 0; j < cols; ++j)
+              yr[j] = gate[j] * sigmoid(gate[j]) * up[j];
+          }
+        } else if (cols == block) {
 #pragma GCC unroll 4
           for (int v = 0; v < CB; ++v) {
             V out = acc[r][v];
@@ -117,23 +145,41 @@ int64_t packed_size(int64_t n, int64_t k) {
   return blocks_of(n) * block * k;
 }
 
-void pack_weight(const float* w, int64_t n, int64_t k, float* packed) {
-  int64_t panels = blocks_of(n) * (block / panel);
+namespace {
+
+// Panel p's column j is row source(p, j) of w (-1: zeros), times column_scale.
+template <typename F>
+void pack_panels(const float* w, int64_t k, int64_t panels, const float* column_scale, float* packed, F source) {
   at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       float* out = packed + p * panel * k;
       for (int64_t j = 0; j < panel; ++j) {
-        int64_t row = p * panel + j;
-        if (row < n) {
-          const float* src = w + row * k;
-          for (int64_t c = 0; c < k; ++c)
-            out[c * panel + j] = src[c];
-        } else {
-          for (int64_t c = 0; c < k; ++c)
-            out[c * panel + j] = 0.0f;
-        }
+        int64_t row = source(p, j);
+        const float* src = row >= 0 ? w + row * k : nullptr;
+        for (int64_t c = 0; c < k; ++c)
+          out[c * panel + j] = src ? src[c] * (column_scale ? column_scale[c] : 1.0f) : 0.0f;
       }
     }
+  });
+}
+
+}  // namespace
+
+void pack_weight(const float* w, int64_t n, int64_t k, float* packed, const float* column_scale) {
+  pack_panels(w, k, blocks_of(n) * (block / panel), column_scale, packed, [n](int64_t p, int64_t j) {
+    int64_t row = p * panel + j;
+    return row < n ? row : int64_t{-1};
+  });
+}
+
+int64_t packed_swiglu_size(int64_t width, int64_t k) {
+  return (width + panel - 1) / panel * block * k;
+}
+
+void pack_swiglu(const float* w, int64_t width, int64_t k, float* packed, const float* column_scale) {
+  pack_panels(w, k, (width + panel - 1) / panel * 2, column_scale, packed, [width](int64_t p, int64_t j) {
+    int64_t column = (p / 2) * panel + j;  // panel 2b: the gate's columns of block b; 2b + 1: the up's
+    return column < width ? (p % 2) * width + column : int64_t{-1};
   });
 }
 
@@ -143,6 +189,7 @@ void packed_product(const packed_product_args& a) {
   std::vector<float> zeros(static_cast<size_t>(a.k), 0.0f);
   // A task's blocks: at least about 64k multiply-adds, or the start of a task outweighs them.
   int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, block * a.k * a.m));
+  int64_t blocks = (a.n + block_outputs(a) - 1) / block_outputs(a);
   auto body = [&](int64_t b0, int64_t b1, int64_t fetch_end) {
     denormals_flushed flushed;
     if (cpu_isa == isa::avx512)
@@ -152,7 +199,7 @@ void packed_product(const packed_product_args& a) {
     else
       product_baseline(a, b0, b1, fetch_end, zeros.data());
   };
-  balanced_for(blocks_of(a.n), grain, body);
+  balanced_for(blocks, grain, body);
 }
 
 }  // namespace areal::kernels::cpu

@@ -16,12 +16,6 @@ int64_t grain(int64_t n) {
   return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n));
 }
 
-// sigmoid(g) = 1 / (1 + e^-g); exp_nonpositive clamps its argument to
-// [-87, 88], so this holds for every g (and has no branch: it vectorizes).
-AREAL_INLINE float sigmoid(float g) {
-  return 1.0f / (1.0f + exp_nonpositive(-g));
-}
-
 AREAL_INLINE void rms_forward_rows_body(const float* x, const float* w, float eps, int64_t begin, int64_t end,
                                         int64_t n, float* y, float* rstd) {
   for (int64_t r = begin; r < end; ++r) {
@@ -36,6 +30,18 @@ AREAL_INLINE void rms_forward_rows_body(const float* x, const float* w, float ep
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i)
       yr[i] = xr[i] * s * w[i];
+  }
+}
+
+AREAL_INLINE void inverse_rms_rows_body(const float* x, int64_t x_stride, float eps, int64_t begin, int64_t end,
+                                        int64_t n, float* out) {
+  for (int64_t r = begin; r < end; ++r) {
+    const float* xr = x + r * x_stride;
+    float ss = 0;
+#pragma omp simd reduction(+ : ss)
+    for (int64_t i = 0; i < n; ++i)
+      ss += xr[i] * xr[i];
+    out[r] = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
   }
 }
 
@@ -163,6 +169,9 @@ AREAL_INLINE void sum_of_squares_range_body(const float* x, int64_t begin, int64
 AREAL_COPIES(rms_forward_rows,
              (const float* x, const float* w, float eps, int64_t begin, int64_t end, int64_t n, float* y, float* rstd),
              (x, w, eps, begin, end, n, y, rstd))
+AREAL_COPIES(inverse_rms_rows,
+             (const float* x, int64_t x_stride, float eps, int64_t begin, int64_t end, int64_t n, float* out),
+             (x, x_stride, eps, begin, end, n, out))
 AREAL_COPIES(rms_backward_rows,
              (const float* dy, const float* x, const float* w, const float* rstd, int64_t begin, int64_t end, int64_t n,
               float* dx, float* dw),
@@ -186,6 +195,11 @@ AREAL_COPIES(sum_of_squares_range, (const float* x, int64_t begin, int64_t end, 
 void rms_norm_forward(const float* x, const float* w, float eps, int64_t rows, int64_t n, float* y, float* rstd) {
   at::parallel_for(0, rows, grain(n),
                    [&](int64_t begin, int64_t end) { rms_forward_rows(x, w, eps, begin, end, n, y, rstd); });
+}
+
+void inverse_rms(const float* x, int64_t x_stride, int64_t rows, int64_t n, float eps, float* out) {
+  at::parallel_for(0, rows, grain(n),
+                   [&](int64_t begin, int64_t end) { inverse_rms_rows(x, x_stride, eps, begin, end, n, out); });
 }
 
 void rms_norm_backward(const float* dy, const float* x, const float* w, const float* rstd, int64_t rows, int64_t n,

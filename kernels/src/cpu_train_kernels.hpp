@@ -17,6 +17,11 @@ namespace areal::kernels::cpu {
 ///   x, y: [rows, n]; w: [n]; rstd: [rows]
 void rms_norm_forward(const float* x, const float* w, float eps, int64_t rows, int64_t n, float* y, float* rstd);
 
+/// out[r] = 1 / sqrt(mean(x[r]^2) + eps): rms_norm_forward's rstd alone, for
+/// products that take the norm's weight folded into theirs (packed_weights.hpp).
+///   x: [rows, n] with row stride x_stride; out: [rows]
+void inverse_rms(const float* x, int64_t x_stride, int64_t rows, int64_t n, float eps, float* out);
+
 /// The gradients of rms_norm_forward: dx [rows, n] and dw [n] (overwritten).
 void rms_norm_backward(const float* dy, const float* x, const float* w, const float* rstd, int64_t rows, int64_t n,
                        float* dx, float* dw);

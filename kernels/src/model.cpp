@@ -420,8 +420,8 @@ std::shared_ptr<const packed_weights> policy_model::packed_for(const at::Tensor&
   current.reset();  // the old copy's memory back before the new one is made
   auto fresh = std::make_shared<packed_weights>();
   for (auto& layer : layers_)
-    fresh->layers.push_back({packed_matrix(layer.qkv_w), packed_matrix(layer.o_w), packed_matrix(layer.gate_up_w),
-                             packed_matrix(layer.down_w)});
+    fresh->layers.push_back({packed_matrix(layer.qkv_w, layer.input_norm), packed_matrix(layer.o_w),
+                             packed_matrix::swiglu_of(layer.gate_up_w, layer.post_norm), packed_matrix(layer.down_w)});
   fresh->output = packed_matrix(lm_head_);
   fresh->version = flat_._version();
   fresh->data = flat_.data_ptr();

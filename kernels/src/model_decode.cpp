@@ -235,13 +235,14 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
   bool in_place_residual = compute_ == at::kFloat && x.scalar_type() == at::kFloat;
   // On the CPU in float32: products over weights packed once per weight version (packed_weights.hpp).
   auto packed = packed_for(x, total);
+  auto eps = config_.rms_norm_eps;
   for (size_t l = 0; l < layers_.size(); ++l) {
     auto& layer = layers_[l];
     auto& ck = cache.keys[l];
     auto& cv = cache.values[l];
-    auto h = rms_norm(x, layer.input_norm);
-    auto [q, k, v] =
-        packed ? qkv_heads(packed->layers[l].qkv.product(h, layer.qkv_b), angles) : project_qkv(layer, h, angles);
+    // Packed, qkv and gate_up have the norms' weights folded in: their products take x and its inverse RMS.
+    auto [q, k, v] = packed ? qkv_heads(packed->layers[l].qkv.product(x, layer.qkv_b, inverse_rms(x, eps)), angles)
+                            : project_qkv(layer, rms_norm(x, layer.input_norm), angles);
     // Append to the cache: cache[slot, head, pos] = k[row, head], as rows of a flat view; fill tokens
     // (after the slot tokens) likewise to the prompt pool. The CPU loops copy the rows from where the
     // projection left them. (In bfloat16 compute k and v arrive in the products' type; the cache keeps the model's.)
@@ -341,7 +342,7 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
       // x is this step's own tensor: the products add into it (no sum tensor, no extra pass).
       auto& p = packed->layers[l];
       p.o.add_product(x, attn);
-      p.down.add_product(x, swiglu(p.gate_up.product(rms_norm(x, layer.post_norm))));
+      p.down.add_product(x, p.gate_up.product(x, {}, inverse_rms(x, eps)));  // SwiGLU in gate_up's product
     } else if (in_place_residual) {
       x.addmm_(attn, layer.o_w.t());
       x.addmm_(mlp_activations(layer, rms_norm(x, layer.post_norm)), layer.down_w.t());
