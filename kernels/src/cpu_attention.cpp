@@ -257,13 +257,45 @@ AREAL_INLINE void attend_any(const decode_attention_args& a, int64_t b, int64_t 
   attend_rowwise(a, b, h, scores);
 }
 
+// x [head_dim] rotated in place by one row's angles: Hugging Face's rotate-half.
+AREAL_INLINE void rotate_half_in_place(float* x, const float* c, const float* sn, int64_t half) {
+#pragma omp simd
+  for (int64_t i = 0; i < half; ++i) {
+    float first = x[i], second = x[i + half];  // each i reads and writes only i and i + half
+    x[i] = first * c[i] - second * sn[i];
+    x[i + half] = second * c[i + half] + first * sn[i + half];
+  }
+}
+
+// decode_attention_args::append's first part of task (b, h): its query heads
+// and key rotated, key and value written to the slot's new row.
+AREAL_INLINE void append_task(const decode_attention_args& a, int64_t b, int64_t h) {
+  auto& f = a.append;
+  auto d = a.head_dim, half = d / 2, heads = a.kv_heads * a.group;
+  float* row = f.qkv + b * a.q_stride;
+  const float *c = f.cos + b * d, *sn = f.sin + b * d;
+  for (int64_t g = 0; g < a.group; ++g)
+    rotate_half_in_place(row + (h * a.group + g) * d, c, sn, half);
+  float* key = row + (heads + h) * d;
+  rotate_half_in_place(key, c, sn, half);
+  auto at = ((a.slot[b] * a.kv_heads + h) * a.max_len + a.length[b] - 1) * d;
+  std::memcpy(f.keys + at, key, static_cast<size_t>(d) * sizeof(float));
+  std::memcpy(f.values + at, row + (heads + a.kv_heads + h) * d, static_cast<size_t>(d) * sizeof(float));
+}
+
 void attend_baseline(const decode_attention_args& a, int64_t b, int64_t h, float* s) {
+  if (a.append.qkv)
+    append_task(a, b, h);
   attend_rowwise(a, b, h, s);
 }
 AREAL_AVX2 void attend_avx2(const decode_attention_args& a, int64_t b, int64_t h, float* s) {
+  if (a.append.qkv)
+    append_task(a, b, h);
   attend_any<f32x8>(a, b, h, s);
 }
 AREAL_AVX512 void attend_avx512(const decode_attention_args& a, int64_t b, int64_t h, float* s) {
+  if (a.append.qkv)
+    append_task(a, b, h);
   attend_any<f32x16>(a, b, h, s);
 }
 

@@ -35,6 +35,22 @@ struct decode_attention_args {
   int64_t batch = 0, kv_heads = 0, group = 0, head_dim = 0, max_len = 0, pool_len = 0;
   int64_t q_stride = 0;  // floats from one sequence's query row to the next; 0: kv_heads * group * head_dim
   float scale = 1;
+  // Rotary and the cache write folded in, for a step of one new token per slot
+  // (no two rows of one slot, no pool rows): q is then the qkv projection's
+  // output as it lies (row b: its query heads, then its key heads, then its
+  // value heads, none rotated yet; q_stride the row stride), and task (b, h)
+  // first rotates its query heads in place and its key head by row b's angles
+  // (Hugging Face's rotate-half) and writes key and value to row length[b] - 1
+  // of its slot, then attends. Tasks touch disjoint rows and heads, so one
+  // parallel pass does what took three. Null qkv: q is rotated and the cache
+  // written already.
+  struct {
+    float* qkv = nullptr;        // = q, writable
+    const float* cos = nullptr;  // [batch, head_dim]
+    const float* sin = nullptr;
+    float* keys = nullptr;  // = keys and values above, writable
+    float* values = nullptr;
+  } append;
 };
 void decode_attention(const decode_attention_args& a);
 

@@ -10,6 +10,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/grad_mode.h>  // at::NoGradGuard (LibTorch 2.x's ATen.h no longer brings it)
@@ -236,18 +237,33 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
   // On the CPU in float32: products over weights packed once per weight version (packed_weights.hpp).
   auto packed = packed_for(x, total);
   auto eps = config_.rms_norm_eps;
+  // One new token per slot (the steady state), on the CPU loops: the attention's
+  // tasks rotate q and k and write the cache themselves (decode_attention_args::append).
+  bool append_in_attention = cpu_kernel && packed && prefill_segments.empty() && input.fills.empty() &&
+                             angles.cos.is_contiguous() && angles.sin.is_contiguous();
+  if (append_in_attention) {
+    std::vector<char> seen(static_cast<size_t>(decode_range), 0);
+    for (auto slot : decode_slots)
+      append_in_attention = append_in_attention && !std::exchange(seen[static_cast<size_t>(slot)], 1);
+  }
   for (size_t l = 0; l < layers_.size(); ++l) {
     auto& layer = layers_[l];
     auto& ck = cache.keys[l];
     auto& cv = cache.values[l];
     // Packed, qkv and gate_up have the norms' weights folded in: their products take x and its inverse RMS.
-    auto [q, k, v] = packed ? qkv_heads(packed->layers[l].qkv.product(x, layer.qkv_b, inverse_rms(x, eps)), angles)
-                            : project_qkv(layer, rms_norm(x, layer.input_norm), angles);
+    at::Tensor q, k, v, qkv;
+    if (append_in_attention)
+      qkv = packed->layers[l].qkv.product(x, layer.qkv_b, inverse_rms(x, eps));  // rotated by the attention
+    else
+      std::tie(q, k, v) = packed
+                              ? qkv_heads(packed->layers[l].qkv.product(x, layer.qkv_b, inverse_rms(x, eps)), angles)
+                              : project_qkv(layer, rms_norm(x, layer.input_norm), angles);
     // Append to the cache: cache[slot, head, pos] = k[row, head], as rows of a flat view; fill tokens
     // (after the slot tokens) likewise to the prompt pool. The CPU loops copy the rows from where the
     // projection left them. (In bfloat16 compute k and v arrive in the products' type; the cache keeps the model's.)
-    bool rows_as_they_lie = cpu_kernel && k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat &&
-                            k.stride(2) == 1 && k.stride(1) == d && v.stride(2) == 1 && v.stride(1) == d;
+    bool rows_as_they_lie = cpu_kernel && !append_in_attention && k.scalar_type() == at::kFloat &&
+                            v.scalar_type() == at::kFloat && k.stride(2) == 1 && k.stride(1) == d &&
+                            v.stride(2) == 1 && v.stride(1) == d;
     auto append = [&](at::Tensor& dst, at::Tensor& rows, const std::vector<int64_t>& host_rows, const at::Tensor& src,
                       int64_t first, int64_t count) {
       if (count == 0)
@@ -259,8 +275,10 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
         dst.view({-1, d}).index_copy_(0, on_device(rows, host_rows),
                                       src.narrow(0, first, count).reshape({-1, d}).to(dst.scalar_type()));
     };
-    append(ck, cache_rows, host_cache_rows, k, 0, slot_tokens);
-    append(cv, cache_rows, host_cache_rows, v, 0, slot_tokens);
+    if (!append_in_attention) {
+      append(ck, cache_rows, host_cache_rows, k, 0, slot_tokens);
+      append(cv, cache_rows, host_cache_rows, v, 0, slot_tokens);
+    }
     if (!pool_pos.empty()) {
       append(cache.pool_keys[l], pool_rows, host_pool_rows, k, slot_tokens, total - slot_tokens);
       append(cache.pool_values[l], pool_rows, host_pool_rows, v, slot_tokens, total - slot_tokens);
@@ -277,12 +295,22 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
     };
     auto attn = at::empty({total, config_.num_attention_heads * d}, x.options());
     if (cpu_kernel) {
-      bool q_as_it_lies = q.scalar_type() == at::kFloat && q.stride(2) == 1 && q.stride(1) == d;
-      auto qf = q_as_it_lies ? q : q.to(at::kFloat).contiguous();
+      auto qf = qkv;
+      if (!append_in_attention) {
+        bool q_as_it_lies = q.scalar_type() == at::kFloat && q.stride(2) == 1 && q.stride(1) == d;
+        qf = q_as_it_lies ? q : q.to(at::kFloat).contiguous();
+      }
       auto out = attn.scalar_type() == at::kFloat ? attn : at::empty(attn.sizes(), qf.options());
       cpu::decode_attention_args a;
       a.q = qf.data_ptr<float>();
       a.q_stride = qf.stride(0);
+      if (append_in_attention) {
+        a.append.qkv = qkv.data_ptr<float>();
+        a.append.cos = angles.cos.data_ptr<float>();  // [total, 1, d], as rotary_for gathered them
+        a.append.sin = angles.sin.data_ptr<float>();
+        a.append.keys = ck.data_ptr<float>();
+        a.append.values = cv.data_ptr<float>();
+      }
       a.out = out.data_ptr<float>();
       a.keys = ck.data_ptr<float>();
       a.values = cv.data_ptr<float>();
