@@ -251,13 +251,10 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
     auto& ck = cache.keys[l];
     auto& cv = cache.values[l];
     // Packed, qkv and gate_up have the norms' weights folded in: their products take x and its inverse RMS.
-    at::Tensor q, k, v, qkv;
-    if (append_in_attention)
-      qkv = packed->layers[l].qkv.product(x, layer.qkv_b, inverse_rms(x, eps));  // rotated by the attention
-    else
-      std::tie(q, k, v) = packed
-                              ? qkv_heads(packed->layers[l].qkv.product(x, layer.qkv_b, inverse_rms(x, eps)), angles)
-                              : project_qkv(layer, rms_norm(x, layer.input_norm), angles);
+    auto qkv = packed ? packed->layers[l].qkv.product(x, layer.qkv_b, inverse_rms(x, eps)) : at::Tensor{};
+    at::Tensor q, k, v;  // rotated; with append_in_attention, the attention rotates qkv's own rows
+    if (!append_in_attention)
+      std::tie(q, k, v) = packed ? qkv_heads(qkv, angles) : project_qkv(layer, rms_norm(x, layer.input_norm), angles);
     // Append to the cache: cache[slot, head, pos] = k[row, head], as rows of a flat view; fill tokens
     // (after the slot tokens) likewise to the prompt pool. The CPU loops copy the rows from where the
     // projection left them. (In bfloat16 compute k and v arrive in the products' type; the cache keeps the model's.)
