@@ -3,8 +3,11 @@
 // actor system of its own connected over loopback TCP as separate nodes are.
 // Rows: the weight transport over Gloo links (and NCCL where a GPU is), over CAF chunk messages, and
 // in-process sharing (a pointer; its figure is the cost of the hand-over), each
-// against the raw loopback TCP ceiling measured in the same run (plain sockets,
-// one sending thread per receiver, no checksums). A transfer is timed from
+// against the raw loopback TCP ceiling (plain sockets, one sending thread per
+// receiver, no checksums) measured alternately with it: each transfer of a path
+// is paired with a raw transfer just before it, and the row's ratio is the
+// median of the pairs' ratios, so that a drift of the shared machine's speed
+// moves both sides of a pair alike. A transfer is timed from
 // `publish` to the last subscriber's verified report, so it includes chunk
 // checksums on both sides. Bytes/s count every receiver's bytes. Memory comes
 // from the allocator the job runs with (kernels::tune_allocator): a version's
@@ -26,6 +29,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -69,48 +73,58 @@ void recv_all(int fd, char* data, size_t size) {
   }
 }
 
-// Seconds to deliver `bytes` to each of `receivers` over loopback sockets, per
-// repetition. The connections are made once and the first transfer is a
-// warm-up (not returned), as for the transports below: a fresh connection's
-// first megabytes run in TCP slow start with small socket buffers, and a
-// ceiling measured on it was beaten by CAF's own messages (2.1x in one run).
-std::vector<double> raw_tcp_seconds(const std::vector<char>& buffer, int receivers, int repetitions) {
-  int listener = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
-  listen(listener, receivers);
-  std::vector<int> outgoing, incoming;
-  for (int i = 0; i < receivers; ++i) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-    incoming.push_back(fd);
-    outgoing.push_back(accept(listener, nullptr, nullptr));
+// `receivers` loopback socket pairs, connected once; transfer() delivers the
+// buffer to each. The constructor runs a warm-up transfer, as the transports'
+// rigs do: a fresh connection's first megabytes run in TCP slow start with
+// small socket buffers, and a ceiling measured on it was beaten by CAF's own
+// messages (2.1x in one run).
+class raw_tcp_rig {
+ public:
+  raw_tcp_rig(size_t bytes, int receivers) : buffer_(bytes, 7) {
+    int listener = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    socklen_t len = sizeof(addr);
+    getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+    listen(listener, receivers);
+    for (int i = 0; i < receivers; ++i) {
+      int fd = socket(AF_INET, SOCK_STREAM, 0);
+      connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+      incoming_.push_back(fd);
+      outgoing_.push_back(accept(listener, nullptr, nullptr));
+    }
+    close(listener);
+    sinks_.assign(static_cast<size_t>(receivers), std::vector<char>(bytes));
+    transfer();
   }
-  close(listener);
-  std::vector<std::vector<char>> sinks(static_cast<size_t>(receivers), std::vector<char>(buffer.size()));
-  std::vector<double> out;
-  for (int r = 0; r <= repetitions; ++r) {
+  ~raw_tcp_rig() {
+    for (auto fd : outgoing_)
+      close(fd);
+    for (auto fd : incoming_)
+      close(fd);
+  }
+  raw_tcp_rig(const raw_tcp_rig&) = delete;
+  raw_tcp_rig& operator=(const raw_tcp_rig&) = delete;
+
+  double transfer() {
     auto start = clock_type::now();
     std::vector<std::thread> threads;
-    for (int i = 0; i < receivers; ++i) {
-      threads.emplace_back([&, i] { send_all(outgoing[i], buffer.data(), buffer.size()); });
-      threads.emplace_back([&, i] { recv_all(incoming[i], sinks[i].data(), buffer.size()); });
+    for (size_t i = 0; i < sinks_.size(); ++i) {
+      threads.emplace_back([this, i] { send_all(outgoing_[i], buffer_.data(), buffer_.size()); });
+      threads.emplace_back([this, i] { recv_all(incoming_[i], sinks_[i].data(), buffer_.size()); });
     }
     for (auto& t : threads)
       t.join();
-    if (r > 0)
-      out.push_back(bench::seconds_since(start));
+    return bench::seconds_since(start);
   }
-  for (auto fd : outgoing)
-    close(fd);
-  for (auto fd : incoming)
-    close(fd);
-  return out;
-}
+
+ private:
+  std::vector<char> buffer_;
+  std::vector<std::vector<char>> sinks_;
+  std::vector<int> outgoing_, incoming_;
+};
 
 // -- the transport ------------------------------------------------------------
 
@@ -123,82 +137,105 @@ struct node_system {
   }
 };
 
-// Seconds from publish to the last report, per repetition (the first is a warm-up).
-// `backend` "in-process" subscribes the sink actors of the publisher's own system.
-std::vector<double> transport_seconds(const std::string& backend, size_t bytes, int receivers, int repetitions) {
-  std::vector<double> out;
-  auto receiving = std::make_unique<std::vector<std::unique_ptr<node_system>>>();
-  node_system sending;
-  {
-    caf::scoped_actor self{*sending.sys};
+// One publisher and `receivers` subscribers of a backend, set up once; transfer()
+// publishes the next version and returns the seconds from `publish` to the last
+// subscriber's verified report, or nothing when a delivery failed (said on
+// stderr). The constructor runs a warm-up transfer, which also puts the
+// subscriptions (and Gloo links) in place. `backend` "in-process" subscribes
+// sink actors of the publisher's own system.
+class transport_rig {
+ public:
+  transport_rig(const std::string& backend, size_t bytes, int receivers)
+      : backend_(backend), floats_(static_cast<int64_t>(bytes / 4)), receivers_(receivers) {
+    self_ = std::make_unique<caf::scoped_actor>(*sending_->sys);
     weight_publisher_setup ps;
     ps.backend = parse_weight_backend(backend).value_or(weight_backend::gloo);  // in-process: any
     ps.timeout = 600s;
-    auto publisher = spawn_weight_publisher(*sending.sys, ps);
-    std::vector<caf::actor> subscribers;
-    std::vector<std::unique_ptr<caf::scoped_actor>> sinks;
+    publisher_ = spawn_weight_publisher(*sending_->sys, ps);
     if (backend == "in-process") {
       for (int i = 0; i < receivers; ++i) {
-        sinks.push_back(std::make_unique<caf::scoped_actor>(*sending.sys));
-        self->request(publisher, 10s, subscribe_atom::value, "sink-" + std::to_string(i), caf::actor{*sinks.back()})
+        sinks_.push_back(std::make_unique<caf::scoped_actor>(*sending_->sys));
+        (*self_)
+            ->request(publisher_, 10s, subscribe_atom::value, "sink-" + std::to_string(i), caf::actor{*sinks_.back()})
             .receive([](packed<weight_manifest>&, std::string&) {}, [](caf::error&) {});
       }
     } else {
-      auto port = sending.sys->middleman().publish(publisher, 0, "127.0.0.1");
+      auto port = sending_->sys->middleman().publish(publisher_, 0, "127.0.0.1");
       for (int i = 0; i < receivers; ++i) {
-        receiving->push_back(std::make_unique<node_system>());
-        auto& node = *receiving->back();
+        receiving_.push_back(std::make_unique<node_system>());
+        auto& node = *receiving_.back();
         auto remote = node.sys->middleman().remote_actor<weight_publisher_actor>("127.0.0.1", *port);
         weight_subscriber_setup ss;
         ss.node = "receiver-" + std::to_string(i);
         ss.publisher = caf::actor_cast<caf::actor>(*remote);
         ss.allow_bulk = backend != "caf";
         ss.timeout = 600s;
-        subscribers.push_back(caf::actor_cast<caf::actor>(spawn_weight_subscriber(*node.sys, ss)));
+        subscribers_.push_back(caf::actor_cast<caf::actor>(spawn_weight_subscriber(*node.sys, ss)));
       }
-      // Subscriptions (and Gloo links) are in place once the first version reaches everyone.
+      std::this_thread::sleep_for(500ms);  // let the subscribers subscribe
     }
-    auto floats = static_cast<int64_t>(bytes / 4);
-    for (int r = 0; r <= repetitions; ++r) {
-      auto flat = at::empty({floats}, at::kFloat).uniform_(-1, 1);
-      local_weights w{r + 1, std::make_shared<const at::Tensor>(flat)};
-      if (backend != "in-process" && r == 0)
-        std::this_thread::sleep_for(500ms);  // let the subscribers subscribe
-      auto start = clock_type::now();
-      bool ok = true;
-      self->request(publisher, 900s, publish_atom::value, w)
-          .receive(
-              [&](std::vector<weight_delivery>& reports) {
-                ok = static_cast<int>(reports.size()) == receivers;
-                for (auto& d : reports)
-                  if (!d.error.empty() || (backend != "in-process" && d.backend != backend)) {
-                    std::fprintf(stderr, "  %s: version %lld via %s: %s\n", d.subscriber.c_str(),
-                                 static_cast<long long>(d.version), d.backend.c_str(), d.error.c_str());
-                    ok = false;
-                  }
-              },
-              [&](caf::error& e) {
-                std::fprintf(stderr, "  publish failed: %s\n", describe(e).c_str());
-                ok = false;
-              });
-      auto seconds = bench::seconds_since(start);
-      if (backend == "in-process")  // the hand-over is complete when every sink holds the pointer
-        for (auto& sink : sinks)
-          (*sink)->receive([](local_weights&) {}, caf::after(10s) >> [&] { ok = false; });
-      if (!ok)
-        return {};
-      if (r > 0)
-        out.push_back(seconds);
-    }
-    for (auto& s : subscribers)
-      caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
-    self->send_exit(publisher, caf::exit_reason::user_shutdown);
+    warm_ = transfer().has_value();
   }
-  // The sending system goes first (see test_weight_transport), then the receivers.
-  sending.sys.reset();
-  receiving.reset();
-  return out;
-}
+  ~transport_rig() {
+    for (auto& s : subscribers_)
+      caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
+    (*self_)->send_exit(publisher_, caf::exit_reason::user_shutdown);
+    sinks_.clear();
+    self_.reset();
+    // The sending system goes first (see test_weight_transport), then the receivers.
+    sending_->sys.reset();
+    receiving_.clear();
+  }
+  transport_rig(const transport_rig&) = delete;
+  transport_rig& operator=(const transport_rig&) = delete;
+
+  /// Whether the warm-up transfer was delivered.
+  bool ready() const { return warm_; }
+
+  std::optional<double> transfer() {
+    auto flat = at::empty({floats_}, at::kFloat).uniform_(-1, 1);
+    local_weights w{++version_, std::make_shared<const at::Tensor>(flat)};
+    auto start = clock_type::now();
+    bool ok = true;
+    (*self_)
+        ->request(publisher_, 900s, publish_atom::value, w)
+        .receive(
+            [&](std::vector<weight_delivery>& reports) {
+              ok = static_cast<int>(reports.size()) == receivers_;
+              for (auto& d : reports)
+                if (!d.error.empty() || (backend_ != "in-process" && d.backend != backend_)) {
+                  std::fprintf(stderr, "  %s: version %lld via %s: %s\n", d.subscriber.c_str(),
+                               static_cast<long long>(d.version), d.backend.c_str(), d.error.c_str());
+                  ok = false;
+                }
+            },
+            [&](caf::error& e) {
+              std::fprintf(stderr, "  publish failed: %s\n", describe(e).c_str());
+              ok = false;
+            });
+    auto seconds = bench::seconds_since(start);
+    if (backend_ == "in-process")  // the hand-over is complete when every sink holds the pointer
+      for (auto& sink : sinks_)
+        (*sink)->receive([](local_weights&) {}, caf::after(10s) >> [&] { ok = false; });
+    if (!ok)
+      return std::nullopt;
+    return seconds;
+  }
+
+ private:
+  std::string backend_;
+  int64_t floats_;
+  int receivers_;
+  int64_t version_ = 0;
+  bool warm_ = false;
+  // Receivers first: members are destroyed in reverse, and the destructor has already ended the rest.
+  std::vector<std::unique_ptr<node_system>> receiving_;
+  std::unique_ptr<node_system> sending_ = std::make_unique<node_system>();
+  std::unique_ptr<caf::scoped_actor> self_;
+  weight_publisher_actor publisher_;
+  std::vector<caf::actor> subscribers_;
+  std::vector<std::unique_ptr<caf::scoped_actor>> sinks_;
+};
 
 double median(std::vector<double> xs) {
   std::sort(xs.begin(), xs.end());
@@ -217,45 +254,63 @@ int main(int argc, char** argv) {
   auto repetitions_at = [&](size_t mib) { return mib >= 512 ? 3 : options.quick ? 7 : 11; };
   std::printf(
       "bench_weight_sync: %u hardware threads, chunk %llu KiB, loopback TCP, %d (64 MiB) or %d (512 MiB) timed "
-      "repetitions after a warm-up (median shown)\n",
+      "transfers after a warm-up, each paired with a raw TCP transfer just before it (medians shown; vs_raw_tcp: "
+      "the median of the pairs' ratios)\n",
       std::thread::hardware_concurrency(), static_cast<unsigned long long>(weight_publisher_setup{}.chunk_bytes / 1024),
       repetitions_at(64), repetitions_at(512));
   std::printf("machine: %s\nallocator: %s\nchunk checksum: %s\n", kernels::describe(kernels::probe_blas()).c_str(),
               allocator.c_str(), chunk_checksum_kind());
-  std::printf("%-10s %9s %9s %12s %12s %10s\n", "path", "size_MiB", "receivers", "seconds", "GB/s", "vs_raw_tcp");
+  std::printf("%-10s %9s %9s %12s %12s %12s %10s\n", "path", "size_MiB", "receivers", "seconds", "GB/s",
+              "raw_tcp_s", "vs_raw_tcp");
   nlohmann::json rows = nlohmann::json::array();
   for (auto mib : sizes_mib) {
     auto bytes = mib << 20;
     auto repetitions = repetitions_at(mib);
     for (int receivers : {1, 2}) {
-      std::vector<char> buffer(bytes, 7);
-      auto raw_s = median(raw_tcp_seconds(buffer, receivers, repetitions));
-      buffer = {};
       auto total = static_cast<double>(bytes) * receivers;
-      auto print = [&](const std::string& path, double seconds) {
+      // seconds: the path's median; raw: the median of the raw transfers paired with it; ratio: the
+      // median of the pairs' ratios (raw over the path's).
+      auto print = [&](const std::string& path, double seconds, double raw, double ratio) {
         auto rate = seconds > 0 ? total / seconds / 1e9 : 0.0;
-        auto ratio = seconds > 0 ? raw_s / seconds : 0.0;
-        std::printf("%-10s %9zu %9d %12.4f %12.3f %10.3f\n", path.c_str(), mib, receivers, seconds, rate, ratio);
+        std::printf("%-10s %9zu %9d %12.4f %12.3f %12.4f %10.3f\n", path.c_str(), mib, receivers, seconds, rate, raw,
+                    ratio);
         std::fflush(stdout);
         rows.push_back({{"path", path},
                         {"size_mib", mib},
                         {"receivers", receivers},
                         {"seconds", seconds},
                         {"gb_per_s", rate},
+                        {"raw_tcp_seconds", raw},
                         {"vs_raw_tcp", ratio}});
       };
-      print("raw-tcp", raw_s);
       std::vector<std::string> paths{"gloo", "caf", "in-process"};
       if (weight_backend_available(weight_backend::nccl))
         paths.insert(paths.begin(), "nccl");
+      std::vector<double> all_raw;
       for (auto& path : paths) {
-        auto reps = path == "caf" && mib >= 512 ? 1 : repetitions;  // CAF messages are slow: one timed run
-        auto seconds = transport_seconds(path, bytes, receivers, reps);
-        if (seconds.empty())
+        auto reps = path == "caf" && mib >= 512 ? 1 : repetitions;  // CAF messages are slow: one timed pair
+        std::vector<double> raw_s, path_s, ratios;
+        {
+          raw_tcp_rig raw(bytes, receivers);
+          transport_rig rig(path, bytes, receivers);
+          for (int r = 0; rig.ready() && r < reps; ++r) {
+            raw_s.push_back(raw.transfer());
+            auto seconds = rig.transfer();
+            if (!seconds) {
+              path_s.clear();
+              break;
+            }
+            path_s.push_back(*seconds);
+            ratios.push_back(raw_s.back() / *seconds);
+          }
+        }
+        all_raw.insert(all_raw.end(), raw_s.begin(), raw_s.end());
+        if (path_s.empty())
           std::printf("%-10s %9zu %9d  failed (see above)\n", path.c_str(), mib, receivers);
         else
-          print(path, median(seconds));
+          print(path, median(path_s), median(raw_s), median(ratios));
       }
+      print("raw-tcp", median(all_raw), median(all_raw), 1.0);  // every path's paired raw transfers
     }
   }
   if (!options.json_path.empty())
