@@ -163,7 +163,6 @@ int main(int argc, char** argv) {
       auto config = preset(name, vocab);
       policy_model model(config);
       model.init_random(5);
-      double ceiling = areal::bench::concurrent_gemm_ceiling_gflops(config, threads);
       // The job's step (the CPU's own loops), and for one minibatch the same step with ATen's layers and attention.
       struct variant {
         int64_t minibatches;
@@ -180,10 +179,14 @@ int main(int argc, char** argv) {
         t.ppo_update(batch);  // warm-up
         int steps = quick ? 2 : 4;
         int64_t tokens = 0;
+        // The ceiling brackets the timed steps (the mean of right before and right after): this machine's
+        // speed drifts by a third within minutes, and a ceiling measured once per model landed in another.
+        double ceiling = areal::bench::concurrent_gemm_ceiling_gflops(config, threads) / 2;
         auto start = clock_type::now();
         for (int i = 0; i < steps; ++i)
           tokens += t.ppo_update(batch).tokens;
         double seconds = seconds_since(start);
+        ceiling += areal::bench::concurrent_gemm_ceiling_gflops(config, threads) / 2;
         // Per step: forward + backward (3x a forward) over the batch, and a
         // forward over the minibatches after the first (their pi_prox).
         std::vector<int64_t> lengths(static_cast<size_t>(count), prompt + response);
@@ -197,7 +200,7 @@ int main(int argc, char** argv) {
         std::cout << "  " << name << ", ppo_minibatches " << minibatches
                   << (fused ? "" : ", ATen's element-wise layers and attention") << ": " << rate
                   << " trained tokens/s, " << gflops << " model GFLOP/s; ceiling " << ceiling << " GFLOP/s (" << threads
-                  << " x 1-thread products at once); efficiency " << efficiency;
+                  << " x 1-thread products at once, the mean of before and after the steps); efficiency " << efficiency;
         if (fused && minibatches == 1)
           fused_rate = rate;
         if (!fused)
@@ -218,7 +221,6 @@ int main(int argc, char** argv) {
     auto config = preset(name, vocab);
     policy_model model(config);
     model.init_random(1);
-    double ceiling = areal::bench::concurrent_gemm_ceiling_gflops(config, threads);
     std::vector<int64_t> lengths(quick ? 8 : 16, 256);
     trainer_config tc;
     tc.max_tokens_per_mb = 2048;
@@ -227,13 +229,16 @@ int main(int argc, char** argv) {
     int64_t scored = 0;
     for (auto& s : data)
       scored += static_cast<int64_t>(s.response.size());
+    // The ceiling brackets the timed steps, as for the PPO step.
+    double ceiling = areal::bench::concurrent_gemm_ceiling_gflops(config, threads) / 2;
     auto rate = train_rate(model, tc, data, quick ? 2 : 5);
+    ceiling += areal::bench::concurrent_gemm_ceiling_gflops(config, threads) / 2;
     double step_flops = 3.0 * areal::bench::forward_flops(config, lengths, scored);
     double gflops = step_flops * rate / static_cast<double>(scored) / 1e9;
     double efficiency = gflops / ceiling;
     std::cout << "  " << name << ": " << config.parameter_count() << " parameters; " << rate << " trained tokens/s, "
               << gflops << " model GFLOP/s; ceiling " << ceiling << " GFLOP/s (" << threads
-              << " x 1-thread products at once); efficiency " << efficiency << "\n";
+              << " x 1-thread products at once, the mean of before and after the steps); efficiency " << efficiency << "\n";
     out[name] = {
         {"ceiling_gflops", ceiling}, {"tokens_per_s", rate}, {"model_gflops", gflops}, {"efficiency", efficiency}};
   }
