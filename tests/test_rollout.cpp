@@ -315,29 +315,55 @@ TEST_CASE("a rollout worker hands a checkpoint its work in flight, and a worker 
   } release_guard{release};
   trainer_actor no_trainer;
   auto store = spawn_sample_store(*f.sys, no_trainer);
-  auto slow = request(0, 80), quick = request(1, 2);  // one generates long, one is with the pool at once
-  for (auto& r : {slow, quick})
+  struct exit_at_end {  // a failed REQUIRE must not leave actors alive: the system would wait for them forever
+    std::vector<caf::actor> actors;
+    ~exit_at_end() {
+      for (auto& a : actors)
+        caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    }
+  } exits{{caf::actor_cast<caf::actor>(worker), caf::actor_cast<caf::actor>(pool), caf::actor_cast<caf::actor>(store)}};
+  auto send = [&](const generation_request& r) {
     self->send(worker, *pack(r), *pack(reward_task{}), caf::actor_cast<caf::actor>(pool),
                caf::actor_cast<caf::actor>(store));
+  };
+  auto slow = request(0, 80), quick = request(1, 2);  // one generates long, one is with the pool at once
+  send(slow);
+  send(quick);
   std::optional<trajectory> generating, generated;
+  auto is = [](const trajectory& t, const generation_request& r) {
+    return t.group_id == r.group_id && t.sample_index == r.sample_index;
+  };
   // Polled often: the slow request's 80 steps of this small model take a few
-  // milliseconds, and it must be seen before it ends.
+  // milliseconds, and it must be seen before it ends. When it ended first (about
+  // one run in 40), another slow request, on the same worker, is watched instead.
   // (The quick one, submitted second, may start a few steps late: seen once it is done.)
-  for (int i = 0; i < 20000 && !(generating && generated && generating->output_tokens.size() >= 4 &&
-                                 generated->finish != finish_reason::unfinished);
-       ++i) {
-    std::this_thread::sleep_for(200us);
-    self->request(worker, 10s, snapshot_atom::value)
-        .receive(
-            [&](std::vector<packed<trajectory>>& parts) {
-              generating.reset();
-              generated.reset();
-              for (auto& bytes : parts) {
-                auto t = *unpack(bytes);
-                (t.group_id == slow.group_id && t.sample_index == slow.sample_index ? generating : generated) = t;
-              }
-            },
-            [](caf::error& e) { FAIL(describe(e)); });
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    if (attempt > 0) {
+      slow = request(static_cast<uint64_t>(2 * attempt + 2), 80);  // a group of its own
+      send(slow);
+    }
+    generating.reset();
+    for (int i = 0; i < 20000 && !(generating && generated && generating->output_tokens.size() >= 4 &&
+                                   generated->finish != finish_reason::unfinished);
+         ++i) {
+      std::this_thread::sleep_for(200us);
+      self->request(worker, 10s, snapshot_atom::value)
+          .receive(
+              [&](std::vector<packed<trajectory>>& parts) {
+                generating.reset();
+                generated.reset();
+                for (auto& bytes : parts) {
+                  auto t = *unpack(bytes);
+                  if (is(t, slow))
+                    generating = t;
+                  else if (is(t, quick))
+                    generated = t;
+                }
+              },
+              [](caf::error& e) { FAIL(describe(e)); });
+    }
+    if (generating && generating->finish == finish_reason::unfinished)
+      break;
   }
   REQUIRE(generating);
   REQUIRE(generated);
@@ -353,6 +379,7 @@ TEST_CASE("a rollout worker hands a checkpoint its work in flight, and a worker 
 
   // Another worker (a resumed run) continues both from their saved work.
   auto next = f.spawn(f.model(1));
+  exits.actors.push_back(caf::actor_cast<caf::actor>(next));
   auto continued = [&](const generation_request& r, const trajectory& saved) {
     auto again = r;
     again.so_far = {saved.output_tokens, saved.behaviour_logprobs, saved.token_versions, saved.finish};
@@ -369,9 +396,6 @@ TEST_CASE("a rollout worker hands a checkpoint its work in flight, and a worker 
   auto quick_out = continued(quick, *generated);
   CHECK(quick_out.output_tokens == quick_whole.tokens);
   CHECK(quick_out.behaviour_logprobs == generated->behaviour_logprobs);  // not generated again
-  for (auto a : {caf::actor_cast<caf::actor>(worker), caf::actor_cast<caf::actor>(next),
-                 caf::actor_cast<caf::actor>(pool), caf::actor_cast<caf::actor>(store)})
-    caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
 }
 
 TEST_CASE("cancelled by the controller, a rollout worker ends every request bound for a pool and holds none of them") {

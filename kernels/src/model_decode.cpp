@@ -87,6 +87,96 @@ at::Tensor policy_model::decode_steady(kv_cache& cache, const at::Tensor& tokens
   return rms_norm(x, final_norm_);
 }
 
+namespace {
+
+// Where a step's rows go (forward_cached): each new token's slot and position
+// (a prompt-pool fill's tokens: their pool rows), in row order, and which
+// segments are single-token decodes.
+struct step_layout {
+  std::vector<int64_t> slot_of, pos_of;  // per slot token; pos_of also per fill token, after them
+  std::vector<int64_t> decode_rows, decode_slots, decode_lengths;  // the single-token segments
+  std::vector<size_t> prefill_segments;                             // the others (input.slots' indices)
+  std::vector<int64_t> segment_start, fill_start;                   // each segment's and fill's first row
+  std::vector<int64_t> pool_pos;                                    // the pool row of each fill token
+  int64_t slot_tokens = 0, decode_range = 0, decode_len = 0, longest = 0;
+  bool any_shared = false;  // a decoding slot reads a pool prefix
+};
+
+step_layout lay_out(const kv_cache& cache, const step_input& input, int64_t max_positions) {
+  step_layout step;
+  int64_t row = 0;
+  for (size_t i = 0; i < input.slots.size(); ++i) {
+    auto slot = input.slots[i], count = input.counts[i], past = cache.length[static_cast<size_t>(slot)];
+    if (past + count > cache.max_len() || past + count > max_positions)
+      throw std::invalid_argument("slot " + std::to_string(slot) + " would exceed the cache length");
+    step.longest = std::max(step.longest, past + count);
+    step.segment_start.push_back(row);
+    for (int64_t t = 0; t < count; ++t) {
+      step.slot_of.push_back(slot);
+      step.pos_of.push_back(past + t);
+    }
+    if (count == 1) {
+      step.decode_rows.push_back(row);
+      step.decode_slots.push_back(slot);
+      step.decode_lengths.push_back(past + 1);
+      step.any_shared = step.any_shared || cache.shared[static_cast<size_t>(slot)] > 0;
+      step.decode_range = std::max(step.decode_range, slot + 1);
+      step.decode_len = std::max(step.decode_len, past + 1);
+    } else {
+      step.prefill_segments.push_back(i);
+    }
+    row += count;
+  }
+  step.slot_tokens = row;
+  for (auto& f : input.fills) {
+    if (f.at < 0 || f.past < 0 || f.count <= 0 || f.at + f.past + f.count > cache.pool_tokens() ||
+        f.past + f.count > max_positions)
+      throw std::invalid_argument("a prompt-pool fill lies outside the pool");
+    step.fill_start.push_back(row);
+    for (int64_t t = 0; t < f.count; ++t) {
+      step.pos_of.push_back(f.past + t);
+      step.pool_pos.push_back(f.at + f.past + t);
+    }
+    row += f.count;
+  }
+  auto total = static_cast<int64_t>(input.tokens.size());
+  if (row != total)
+    throw std::invalid_argument("step_input: " + std::to_string(total) + " tokens for segments of " +
+                                std::to_string(row));
+  return step;
+}
+
+// The CPU loops (cpu::decode_attention) take every row of the step at once, in
+// row order: its slot, its pool prefix, and where its keys end (at its own
+// position: a prompt row attends causally; a pool fill's keys all lie in the
+// pool). Measured on the demo's model (one step, 1 and 2 threads): 64
+// re-prefills of 8 tokens 1.6x and 2.2x as fast as ATen's attention a segment
+// at a time, 8 prompts of 17 1.3x and 1.6x, one of 300 1.2x and 1.4x.
+struct cpu_loop_rows {
+  std::vector<int64_t> slot, length, shared, shared_at;
+  void add(int64_t s, int64_t len, int64_t sh, int64_t at) {
+    slot.push_back(s);
+    length.push_back(len);
+    shared.push_back(sh);
+    shared_at.push_back(at);
+  }
+};
+
+cpu_loop_rows rows_for_cpu_loops(const step_layout& step, const kv_cache& cache, const step_input& input) {
+  cpu_loop_rows rows;
+  for (int64_t t = 0; t < step.slot_tokens; ++t) {
+    auto slot = static_cast<size_t>(step.slot_of[static_cast<size_t>(t)]);
+    rows.add(static_cast<int64_t>(slot), step.pos_of[static_cast<size_t>(t)] + 1, cache.shared[slot],
+             cache.shared_at[slot]);
+  }
+  for (auto& fill : input.fills)
+    for (int64_t t = 0; t < fill.count; ++t)
+      rows.add(0, fill.past + t + 1, fill.past + t + 1, fill.at);
+  return rows;
+}
+
+}  // namespace
+
 at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input) const {
   at::NoGradGuard no_grad;
   compute_precision precision(compute_);
@@ -97,113 +187,46 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
   auto device = flat_.device();
   auto long_opts = at::TensorOptions().dtype(at::kLong);
 
-  // Where each new token goes: a slot and position, or pool rows; which segments are single-token decodes.
-  std::vector<int64_t> slot_of, pos_of, decode_rows, decode_slots, decode_lengths, decode_shared;
-  std::vector<size_t> prefill_segments;
-  std::vector<int64_t> segment_start, fill_start;
-  int64_t row = 0, decode_range = 0, decode_len = 0, longest = 0;
-  for (size_t i = 0; i < input.slots.size(); ++i) {
-    auto slot = input.slots[i], count = input.counts[i], past = cache.length[static_cast<size_t>(slot)];
-    if (past + count > cache.max_len() || past + count > config_.max_position_embeddings)
-      throw std::invalid_argument("slot " + std::to_string(slot) + " would exceed the cache length");
-    longest = std::max(longest, past + count);
-    segment_start.push_back(row);
-    for (int64_t t = 0; t < count; ++t) {
-      slot_of.push_back(slot);
-      pos_of.push_back(past + t);
-    }
-    if (count == 1) {
-      decode_rows.push_back(row);
-      decode_slots.push_back(slot);
-      decode_lengths.push_back(past + 1);
-      decode_shared.push_back(cache.shared[static_cast<size_t>(slot)]);
-      decode_range = std::max(decode_range, slot + 1);
-      decode_len = std::max(decode_len, past + 1);
-    } else {
-      prefill_segments.push_back(i);
-    }
-    row += count;
-  }
-  auto slot_tokens = row;
-  cache.reserve(longest);
-  std::vector<int64_t> pool_pos;  // pool row of each fill token
-  for (auto& f : input.fills) {
-    if (f.at < 0 || f.past < 0 || f.count <= 0 || f.at + f.past + f.count > cache.pool_tokens() ||
-        f.past + f.count > config_.max_position_embeddings)
-      throw std::invalid_argument("a prompt-pool fill lies outside the pool");
-    fill_start.push_back(row);
-    for (int64_t t = 0; t < f.count; ++t) {
-      pos_of.push_back(f.past + t);
-      pool_pos.push_back(f.at + f.past + t);
-    }
-    row += f.count;
-  }
-  if (row != total)
-    throw std::invalid_argument("step_input: " + std::to_string(total) + " tokens for segments of " +
-                                std::to_string(row));
-  bool any_shared = std::any_of(decode_shared.begin(), decode_shared.end(), [](int64_t n) { return n > 0; });
+  auto step = lay_out(cache, input, config_.max_position_embeddings);
+  cache.reserve(step.longest);
   // The CPU's decode-attention kernel (cpu_kernels.hpp) serves float32 caches on
   // the CPU while the CPU loops are on; the ATen path below it everything else.
   bool cpu_kernel =
       fused::enabled() &&
       (cache.keys.empty() || (cache.keys[0].scalar_type() == at::kFloat && cache.keys[0].device().is_cpu()));
 
-  // The CPU loops take every row of the step at once, in row order: its slot,
-  // its pool prefix, and where its keys end (at its own position: a prompt row
-  // attends causally; a pool fill's keys all lie in the pool). Measured on the
-  // demo's model (one step, 1 and 2 threads): 64 re-prefills of 8 tokens 1.6x
-  // and 2.2x as fast as ATen's attention a segment at a time, 8 prompts of 17
-  // 1.3x and 1.6x, one of 300 1.2x and 1.4x.
-  struct {
-    std::vector<int64_t> slot, length, shared, shared_at;
-  } kernel_rows;
-  auto add_kernel_row = [&](int64_t slot, int64_t length, int64_t shared, int64_t shared_at) {
-    kernel_rows.slot.push_back(slot);
-    kernel_rows.length.push_back(length);
-    kernel_rows.shared.push_back(shared);
-    kernel_rows.shared_at.push_back(shared_at);
-  };
-  if (cpu_kernel) {
-    for (int64_t t = 0; t < slot_tokens; ++t) {
-      auto slot = static_cast<size_t>(slot_of[static_cast<size_t>(t)]);
-      add_kernel_row(static_cast<int64_t>(slot), pos_of[static_cast<size_t>(t)] + 1, cache.shared[slot],
-                     cache.shared_at[slot]);
-    }
-    for (auto& fill : input.fills)
-      for (int64_t t = 0; t < fill.count; ++t)
-        add_kernel_row(0, fill.past + t + 1, fill.past + t + 1, fill.at);
-  }
+  auto kernel_rows = cpu_kernel ? rows_for_cpu_loops(step, cache, input) : cpu_loop_rows{};
 
   // Steady state: the step is decodes only and segment i is slot i; then the
   // queries and outputs need no gathering.
-  bool all_decode_in_order = prefill_segments.empty() && input.fills.empty();
-  for (size_t i = 0; all_decode_in_order && i < decode_slots.size(); ++i)
-    all_decode_in_order = decode_slots[i] == static_cast<int64_t>(i);
-  if (all_decode_in_order && !decode_rows.empty() && !any_shared && !cpu_kernel) {
+  bool all_decode_in_order = step.prefill_segments.empty() && input.fills.empty();
+  for (size_t i = 0; all_decode_in_order && i < step.decode_slots.size(); ++i)
+    all_decode_in_order = step.decode_slots[i] == static_cast<int64_t>(i);
+  if (all_decode_in_order && !step.decode_rows.empty() && !step.any_shared && !cpu_kernel) {
     std::optional<at::Tensor> hidden;
     if (cache.graphs)
       hidden = cache.graphs->run(
-          cache, input.tokens, pos_of, flat_.data_ptr(),
+          cache, input.tokens, step.pos_of, flat_.data_ptr(),
           [&](const at::Tensor& t, const at::Tensor& p, int64_t keys) { return decode_steady(cache, t, p, keys); });
     if (!hidden)
       hidden = decode_steady(cache, at::tensor(input.tokens, long_opts).to(device),
-                             at::tensor(pos_of, long_opts).to(device), decode_len);
+                             at::tensor(step.pos_of, long_opts).to(device), step.decode_len);
     for (size_t i = 0; i < input.slots.size(); ++i)
       cache.length[static_cast<size_t>(input.slots[i])] += input.counts[i];
     return *hidden;
   }
 
   auto tokens = at::tensor(input.tokens, long_opts).to(device);
-  auto positions = at::tensor(pos_of, long_opts).to(device);
+  auto positions = at::tensor(step.pos_of, long_opts).to(device);
   // Row of each (token, kv head) in a cache tensor viewed as [slots * kv_heads * rows, head_dim],
   // and of each fill token in a pool tensor viewed as [kv_heads * pool_tokens, head_dim]: on the host
   // for the CPU loops' writes, on the device (made at the first use) for index_copy_.
   std::vector<int64_t> host_cache_rows, host_pool_rows;
-  for (int64_t t = 0; t < slot_tokens; ++t)
+  for (int64_t t = 0; t < step.slot_tokens; ++t)
     for (int64_t h = 0; h < kv_heads; ++h)
-      host_cache_rows.push_back((slot_of[static_cast<size_t>(t)] * kv_heads + h) * cache.rows() +
-                                pos_of[static_cast<size_t>(t)]);
-  for (auto p : pool_pos)
+      host_cache_rows.push_back((step.slot_of[static_cast<size_t>(t)] * kv_heads + h) * cache.rows() +
+                                step.pos_of[static_cast<size_t>(t)]);
+  for (auto p : step.pool_pos)
     for (int64_t h = 0; h < kv_heads; ++h)
       host_pool_rows.push_back(h * cache.pool_tokens() + p);
   at::Tensor cache_rows, pool_rows;
@@ -213,21 +236,21 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
     return rows;
   };
   at::Tensor decode_row_index, decode_slot_index, decode_mask;
-  bool batched_aten = !cpu_kernel && !decode_rows.empty() && !any_shared;
+  bool batched_aten = !cpu_kernel && !step.decode_rows.empty() && !step.any_shared;
   // The gathers only a step that is not decodes-in-slot-order needs (not the steady state).
-  if (!cpu_kernel && !decode_rows.empty() && !all_decode_in_order) {
-    decode_row_index = at::tensor(decode_rows, long_opts).to(device);
-    decode_slot_index = at::tensor(decode_slots, long_opts).to(device);
+  if (!cpu_kernel && !step.decode_rows.empty() && !all_decode_in_order) {
+    decode_row_index = at::tensor(step.decode_rows, long_opts).to(device);
+    decode_slot_index = at::tensor(step.decode_slots, long_opts).to(device);
   }
   if (batched_aten) {
     // Keys beyond each decoding slot's length are masked; slots in the range that do
     // not decode this step attend to position 0 only (their rows are discarded).
-    std::vector<int64_t> lens(static_cast<size_t>(decode_range), 1);
-    for (size_t i = 0; i < decode_slots.size(); ++i)
-      lens[static_cast<size_t>(decode_slots[i])] = decode_lengths[i];
+    std::vector<int64_t> lens(static_cast<size_t>(step.decode_range), 1);
+    for (size_t i = 0; i < step.decode_slots.size(); ++i)
+      lens[static_cast<size_t>(step.decode_slots[i])] = step.decode_lengths[i];
     auto len_t = at::tensor(lens, long_opts).to(device);
-    decode_mask = at::arange(decode_len, long_opts.device(device)).unsqueeze(0).ge(len_t.unsqueeze(1));  // [range, L]
-    decode_mask = decode_mask.view({decode_range, 1, 1, decode_len});
+    decode_mask = at::arange(step.decode_len, long_opts.device(device)).unsqueeze(0).ge(len_t.unsqueeze(1));  // [range, L]
+    decode_mask = decode_mask.view({step.decode_range, 1, 1, step.decode_len});
   }
 
   auto angles = rotary_for(positions);
@@ -239,11 +262,11 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
   auto eps = config_.rms_norm_eps;
   // One new token per slot (the steady state), on the CPU loops: the attention's
   // tasks rotate q and k and write the cache themselves (decode_attention_args::append).
-  bool append_in_attention = cpu_kernel && packed && prefill_segments.empty() && input.fills.empty() &&
+  bool append_in_attention = cpu_kernel && packed && step.prefill_segments.empty() && input.fills.empty() &&
                              angles.cos.is_contiguous() && angles.sin.is_contiguous();
   if (append_in_attention) {
-    std::vector<char> seen(static_cast<size_t>(decode_range), 0);
-    for (auto slot : decode_slots)
+    std::vector<char> seen(static_cast<size_t>(step.decode_range), 0);
+    for (auto slot : step.decode_slots)
       append_in_attention = append_in_attention && !std::exchange(seen[static_cast<size_t>(slot)], 1);
   }
   for (size_t l = 0; l < layers_.size(); ++l) {
@@ -273,12 +296,12 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
                                       src.narrow(0, first, count).reshape({-1, d}).to(dst.scalar_type()));
     };
     if (!append_in_attention) {
-      append(ck, cache_rows, host_cache_rows, k, 0, slot_tokens);
-      append(cv, cache_rows, host_cache_rows, v, 0, slot_tokens);
+      append(ck, cache_rows, host_cache_rows, k, 0, step.slot_tokens);
+      append(cv, cache_rows, host_cache_rows, v, 0, step.slot_tokens);
     }
-    if (!pool_pos.empty()) {
-      append(cache.pool_keys[l], pool_rows, host_pool_rows, k, slot_tokens, total - slot_tokens);
-      append(cache.pool_values[l], pool_rows, host_pool_rows, v, slot_tokens, total - slot_tokens);
+    if (!step.pool_pos.empty()) {
+      append(cache.pool_keys[l], pool_rows, host_pool_rows, k, step.slot_tokens, total - step.slot_tokens);
+      append(cache.pool_values[l], pool_rows, host_pool_rows, v, step.slot_tokens, total - step.slot_tokens);
     }
     // A slot's context keys and values [kv_heads, upto, head_dim]: its pool prefix, then its own rows.
     auto context = [&](int64_t slot, int64_t upto) {
@@ -334,22 +357,22 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
       // each prompt segment and pool fill on its own.
       if (batched_aten) {
         // Decodes out of slot order (beside prefills; the steady step is decode_steady):
-        // queries gathered into slot rows [0, decode_range), all attended at once.
-        auto qd = at::zeros({decode_range, config_.num_attention_heads, d}, q.options());
+        // queries gathered into slot rows [0, step.decode_range), all attended at once.
+        auto qd = at::zeros({step.decode_range, config_.num_attention_heads, d}, q.options());
         qd.index_copy_(0, decode_slot_index, q.index_select(0, decode_row_index).to(qd.scalar_type()));
         auto out =
-            attend_decode_slots(qd.view({decode_range, kv_heads, group, d}), ck, cv, decode_len, decode_mask, scale);
+            attend_decode_slots(qd.view({step.decode_range, kv_heads, group, d}), ck, cv, step.decode_len, decode_mask, scale);
         attn.index_copy_(0, decode_row_index, out.index_select(0, decode_slot_index).to(attn.scalar_type()));
       } else {
         // Decodes with pool prefixes off the fused path: one at a time.
-        for (size_t i = 0; i < decode_rows.size(); ++i) {
-          auto [keys, vals] = context(decode_slots[i], decode_lengths[i]);
-          auto qs = q.narrow(0, decode_rows[i], 1).view({1, kv_heads, group, d});
-          attn.narrow(0, decode_rows[i], 1).copy_(detail::attend(qs, keys, vals, decode_lengths[i] - 1, scale));
+        for (size_t i = 0; i < step.decode_rows.size(); ++i) {
+          auto [keys, vals] = context(step.decode_slots[i], step.decode_lengths[i]);
+          auto qs = q.narrow(0, step.decode_rows[i], 1).view({1, kv_heads, group, d});
+          attn.narrow(0, step.decode_rows[i], 1).copy_(detail::attend(qs, keys, vals, step.decode_lengths[i] - 1, scale));
         }
       }
-      for (auto i : prefill_segments) {
-        auto slot = input.slots[i], count = input.counts[i], start = segment_start[i];
+      for (auto i : step.prefill_segments) {
+        auto slot = input.slots[i], count = input.counts[i], start = step.segment_start[i];
         auto past = cache.length[static_cast<size_t>(slot)];
         auto qs = q.narrow(0, start, count).view({count, kv_heads, group, d});
         auto [keys, vals] = context(slot, past + count);
@@ -357,10 +380,10 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
       }
       for (size_t f = 0; f < input.fills.size(); ++f) {
         auto& fill = input.fills[f];
-        auto qs = q.narrow(0, fill_start[f], fill.count).view({fill.count, kv_heads, group, d});
+        auto qs = q.narrow(0, step.fill_start[f], fill.count).view({fill.count, kv_heads, group, d});
         auto keys = cache.pool_keys[l].narrow(1, fill.at, fill.past + fill.count);
         auto vals = cache.pool_values[l].narrow(1, fill.at, fill.past + fill.count);
-        attn.narrow(0, fill_start[f], fill.count).copy_(detail::attend(qs, keys, vals, fill.past, scale));
+        attn.narrow(0, step.fill_start[f], fill.count).copy_(detail::attend(qs, keys, vals, fill.past, scale));
       }
     }
     if (packed) {
