@@ -324,10 +324,14 @@ int main(int argc, char** argv) {
         // second of its one thread against G alone on one.
         double trainer_computing = use.train_cpu_s / std::max(1e-9, use.train_s);
         double engine_computing = use.generate_cpu_s / std::max(1e-9, use.generate_s);
+        // The replicas' lockstep: of the replicas' time in steps (step time x replicas), the share
+        // a replica's part had ended and it waited for the pass's last.
+        double replicas_waiting = use.train_replicas_waited_s / std::max(1e-9, use.train_s * trainer_threads);
         std::cout << "  time: the trainer in a step " << trainer_share << " of the RL time, at " << training_vs_alone
                   << " of T alone on " << trainer_threads << " thread(s) (an engine step beside it " << engine_beside
                   << " of that time; its first replica's thread computing " << trainer_computing
-                  << " of it); the engine in a step " << engine_share << " of the RL time, decoding at "
+                  << " of it; its replicas waiting for one another " << replicas_waiting
+                  << " of theirs); the engine in a step " << engine_share << " of the RL time, decoding at "
                   << decoding_vs_alone << " of G alone on " << engine_threads << " thread(s) (its thread computing "
                   << engine_computing << " of that time";
         double decoding_per_cpu = 0;
@@ -363,6 +367,7 @@ int main(int argc, char** argv) {
                         {"engine_step_fraction", engine_share},
                         {"decoding_speed_vs_alone", decoding_vs_alone},
                         {"trainer_thread_computing_fraction", trainer_computing},
+                        {"trainer_replicas_waiting_fraction", replicas_waiting},
                         {"engine_thread_computing_fraction", engine_computing},
                         {"decoding_per_cpu_second_vs_alone", decoding_per_cpu},
                         {"mean_decode_batch", mean_batch}});

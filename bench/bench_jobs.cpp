@@ -113,6 +113,7 @@ time_use read_time_use(const std::filesystem::path& trace_file) {
       training.emplace_back(start, end);
       use.train_s += (end - start) / 1e6;
       use.train_cpu_s += cpu_s;
+      use.train_replicas_waited_s += static_cast<double>(args.value("replicas_waited_us", int64_t{0})) / 1e6;
     } else if (name == "generate") {
       generating.emplace_back(start, end);
       use.generate_s += (end - start) / 1e6;

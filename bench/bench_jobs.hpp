@@ -52,6 +52,9 @@ struct time_use {
   // CPU seconds of the threads that recorded the spans ("cpu_us"): the
   // trainer's first replica, and the rollout workers' own threads.
   double train_cpu_s = 0, generate_cpu_s = 0;
+  // The trainer's replicas waiting for one another at its passes' ends, summed
+  // over replicas ("replicas_waited_us"; 0 with one replica).
+  double train_replicas_waited_s = 0;
 };
 
 /// Reads `trace_file` (a run's trace.json); throws std::runtime_error when it

@@ -60,6 +60,21 @@ TEST_CASE("an exception in a replica's part reaches the caller after every part 
   CHECK(finished == 5);
 }
 
+TEST_CASE("replica threads count the time parts wait for a pass's last part") {
+  replica_threads pool;
+  CHECK(pool.waited_seconds() == 0.0);
+  // Part 0 ends at once; part 1 sleeps at least 50 ms: part 0 waits at least that long for it.
+  pool.run(2, [](size_t k) {
+    if (k == 1)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  });
+  auto after_one = pool.waited_seconds();
+  CHECK(after_one >= 0.05);
+  // A pass with one part has nobody to wait for.
+  pool.run(1, [](size_t) { std::this_thread::sleep_for(std::chrono::milliseconds(20)); });
+  CHECK(pool.waited_seconds() == after_one);
+}
+
 TEST_CASE("set_compute_threads sets the calling thread's count only") {
   areal::kernels::set_compute_threads(2);
   std::thread([] {

@@ -149,7 +149,11 @@ caf::result<train_report> train(trainer_pointer self, const std::vector<trajecto
       for (size_t i = 0; i < samples.size(); ++i)
         samples[i].reference_logprobs = std::move(ref[i]);
     }
+    auto waited = st.trainer->replicas_waited_seconds();
     stats = st.trainer->ppo_update(samples);
+    // The replicas' parts waiting for one another in this step (their lockstep), summed over replicas.
+    span.args.emplace_back("replicas_waited_us",
+                           static_cast<int64_t>((st.trainer->replicas_waited_seconds() - waited) * 1e6));
   } catch (const std::exception& e) {
     if (st.setup.share)
       st.setup.share->set_busy(st.busy, false);

@@ -1,6 +1,16 @@
 #include "areal/kernels/replica_threads.hpp"
 
+#include <algorithm>
+
 namespace areal::kernels {
+
+namespace {
+
+double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+}  // namespace
 
 replica_threads::~replica_threads() {
   {
@@ -24,16 +34,23 @@ void replica_threads::run(size_t parts, const std::function<void(size_t)>& part)
   parts_ = parts;
   running_ = parts - 1;
   errors_.assign(parts, nullptr);
+  part_seconds_.assign(parts, 0.0);
   ++pass_;
   lock.unlock();
+  auto start = std::chrono::steady_clock::now();
   work_.notify_all();
   try {
     part(0);
   } catch (...) {
     errors_[0] = std::current_exception();
   }
+  part_seconds_[0] = seconds_between(start, std::chrono::steady_clock::now());
   lock.lock();
   done_.wait(lock, [&] { return running_ == 0; });
+  auto pass_s = seconds_between(start, std::chrono::steady_clock::now());
+  if (parts > 1)  // one part waits for nobody
+    for (auto s : part_seconds_)
+      waited_s_ += std::max(0.0, pass_s - s);
   part_ = nullptr;
   for (auto& e : errors_)
     if (e)
@@ -52,13 +69,16 @@ void replica_threads::serve(size_t k) {
       continue;  // this pass has fewer parts than threads
     auto part = part_;
     lock.unlock();
+    auto start = std::chrono::steady_clock::now();
     std::exception_ptr error;
     try {
       (*part)(k);
     } catch (...) {
       error = std::current_exception();
     }
+    auto seconds = seconds_between(start, std::chrono::steady_clock::now());
     lock.lock();
+    part_seconds_[k] = seconds;
     errors_[k] = error;
     if (--running_ == 0)
       done_.notify_one();

@@ -3,6 +3,7 @@
 // and joining threads for every forward or backward pass.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <exception>
@@ -28,6 +29,12 @@ class replica_threads {
   /// Threads started so far (not counting the caller's).
   size_t size() const { return threads_.size(); }
 
+  /// Seconds the parts of every pass so far spent waiting for the pass's last
+  /// part (the sum over parts of the pass's time minus the part's own): what
+  /// the replicas' lockstep costs, e.g. when one shares its core with another
+  /// thread and the others wait for it. The caller takes differences.
+  double waited_seconds() const { return waited_s_; }
+
  private:
   void serve(size_t k);
 
@@ -40,6 +47,8 @@ class replica_threads {
   size_t pass_ = 0;     // counts passes; a thread runs each pass once
   size_t running_ = 0;  // parts of this pass not finished yet, on the threads
   std::vector<std::exception_ptr> errors_;
+  std::vector<double> part_seconds_;  // this pass's parts, each written by its own thread
+  double waited_s_ = 0;
   bool stopping_ = false;
 };
 

@@ -158,6 +158,9 @@ class trainer {
   void set_thread_count(std::function<int()> threads) { thread_count_ = std::move(threads); }
   /// The data-parallel replicas a pass runs on now (the model's own included).
   size_t replica_count() const { return replicas_now(); }
+  /// Seconds the replicas' parts of all passes so far waited for a pass's last
+  /// part (replica_threads::waited_seconds): the lockstep's cost; take differences.
+  double replicas_waited_seconds() const { return replica_threads_.waited_seconds(); }
 
  private:
   struct sequence_ref {
