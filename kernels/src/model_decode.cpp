@@ -95,15 +95,18 @@ namespace {
 struct step_layout {
   std::vector<int64_t> slot_of, pos_of;  // per slot token; pos_of also per fill token, after them
   std::vector<int64_t> decode_rows, decode_slots, decode_lengths;  // the single-token segments
-  std::vector<size_t> prefill_segments;                             // the others (input.slots' indices)
-  std::vector<int64_t> segment_start, fill_start;                   // each segment's and fill's first row
-  std::vector<int64_t> pool_pos;                                    // the pool row of each fill token
+  std::vector<size_t> prefill_segments;                            // the others (input.slots' indices)
+  std::vector<int64_t> segment_start, fill_start;                  // each segment's and fill's first row
+  std::vector<int64_t> pool_pos;                                   // the pool row of each fill token
   int64_t slot_tokens = 0, decode_range = 0, decode_len = 0, longest = 0;
-  bool any_shared = false;  // a decoding slot reads a pool prefix
+  bool any_shared = false;       // a decoding slot reads a pool prefix
+  bool distinct_decodes = true;  // no slot decodes twice
+  bool decodes_only() const { return prefill_segments.empty() && fill_start.empty(); }
 };
 
 step_layout lay_out(const kv_cache& cache, const step_input& input, int64_t max_positions) {
   step_layout step;
+  std::vector<char> decoding(cache.length.size(), 0);
   int64_t row = 0;
   for (size_t i = 0; i < input.slots.size(); ++i) {
     auto slot = input.slots[i], count = input.counts[i], past = cache.length[static_cast<size_t>(slot)];
@@ -119,6 +122,7 @@ step_layout lay_out(const kv_cache& cache, const step_input& input, int64_t max_
       step.decode_rows.push_back(row);
       step.decode_slots.push_back(slot);
       step.decode_lengths.push_back(past + 1);
+      step.distinct_decodes = step.distinct_decodes && !std::exchange(decoding[static_cast<size_t>(slot)], 1);
       step.any_shared = step.any_shared || cache.shared[static_cast<size_t>(slot)] > 0;
       step.decode_range = std::max(step.decode_range, slot + 1);
       step.decode_len = std::max(step.decode_len, past + 1);
@@ -199,7 +203,7 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
 
   // Steady state: the step is decodes only and segment i is slot i; then the
   // queries and outputs need no gathering.
-  bool all_decode_in_order = step.prefill_segments.empty() && input.fills.empty();
+  bool all_decode_in_order = step.decodes_only();
   for (size_t i = 0; all_decode_in_order && i < step.decode_slots.size(); ++i)
     all_decode_in_order = step.decode_slots[i] == static_cast<int64_t>(i);
   if (all_decode_in_order && !step.decode_rows.empty() && !step.any_shared && !cpu_kernel) {
@@ -249,7 +253,8 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
     for (size_t i = 0; i < step.decode_slots.size(); ++i)
       lens[static_cast<size_t>(step.decode_slots[i])] = step.decode_lengths[i];
     auto len_t = at::tensor(lens, long_opts).to(device);
-    decode_mask = at::arange(step.decode_len, long_opts.device(device)).unsqueeze(0).ge(len_t.unsqueeze(1));  // [range, L]
+    decode_mask =
+        at::arange(step.decode_len, long_opts.device(device)).unsqueeze(0).ge(len_t.unsqueeze(1));  // [range, L]
     decode_mask = decode_mask.view({step.decode_range, 1, 1, step.decode_len});
   }
 
@@ -262,13 +267,8 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
   auto eps = config_.rms_norm_eps;
   // One new token per slot (the steady state), on the CPU loops: the attention's
   // tasks rotate q and k and write the cache themselves (decode_attention_args::append).
-  bool append_in_attention = cpu_kernel && packed && step.prefill_segments.empty() && input.fills.empty() &&
+  bool append_in_attention = cpu_kernel && packed && step.decodes_only() && step.distinct_decodes &&
                              angles.cos.is_contiguous() && angles.sin.is_contiguous();
-  if (append_in_attention) {
-    std::vector<char> seen(static_cast<size_t>(step.decode_range), 0);
-    for (auto slot : step.decode_slots)
-      append_in_attention = append_in_attention && !std::exchange(seen[static_cast<size_t>(slot)], 1);
-  }
   for (size_t l = 0; l < layers_.size(); ++l) {
     auto& layer = layers_[l];
     auto& ck = cache.keys[l];
@@ -281,9 +281,10 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
     // Append to the cache: cache[slot, head, pos] = k[row, head], as rows of a flat view; fill tokens
     // (after the slot tokens) likewise to the prompt pool. The CPU loops copy the rows from where the
     // projection left them. (In bfloat16 compute k and v arrive in the products' type; the cache keeps the model's.)
+    // (With append_in_attention k and v are not made: nothing here is appended.)
     bool rows_as_they_lie = cpu_kernel && !append_in_attention && k.scalar_type() == at::kFloat &&
-                            v.scalar_type() == at::kFloat && k.stride(2) == 1 && k.stride(1) == d &&
-                            v.stride(2) == 1 && v.stride(1) == d;
+                            v.scalar_type() == at::kFloat && k.stride(2) == 1 && k.stride(1) == d && v.stride(2) == 1 &&
+                            v.stride(1) == d;
     auto append = [&](at::Tensor& dst, at::Tensor& rows, const std::vector<int64_t>& host_rows, const at::Tensor& src,
                       int64_t first, int64_t count) {
       if (count == 0)
@@ -357,18 +358,19 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
       // each prompt segment and pool fill on its own.
       if (batched_aten) {
         // Decodes out of slot order (beside prefills; the steady step is decode_steady):
-        // queries gathered into slot rows [0, step.decode_range), all attended at once.
+        // queries gathered into slot rows [0, decode_range), all attended at once.
         auto qd = at::zeros({step.decode_range, config_.num_attention_heads, d}, q.options());
         qd.index_copy_(0, decode_slot_index, q.index_select(0, decode_row_index).to(qd.scalar_type()));
-        auto out =
-            attend_decode_slots(qd.view({step.decode_range, kv_heads, group, d}), ck, cv, step.decode_len, decode_mask, scale);
+        auto out = attend_decode_slots(qd.view({step.decode_range, kv_heads, group, d}), ck, cv, step.decode_len,
+                                       decode_mask, scale);
         attn.index_copy_(0, decode_row_index, out.index_select(0, decode_slot_index).to(attn.scalar_type()));
       } else {
         // Decodes with pool prefixes off the fused path: one at a time.
         for (size_t i = 0; i < step.decode_rows.size(); ++i) {
           auto [keys, vals] = context(step.decode_slots[i], step.decode_lengths[i]);
           auto qs = q.narrow(0, step.decode_rows[i], 1).view({1, kv_heads, group, d});
-          attn.narrow(0, step.decode_rows[i], 1).copy_(detail::attend(qs, keys, vals, step.decode_lengths[i] - 1, scale));
+          attn.narrow(0, step.decode_rows[i], 1)
+              .copy_(detail::attend(qs, keys, vals, step.decode_lengths[i] - 1, scale));
         }
       }
       for (auto i : step.prefill_segments) {

@@ -6,8 +6,8 @@ namespace areal::kernels {
 
 namespace {
 
-double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 }  // namespace
@@ -44,10 +44,10 @@ void replica_threads::run(size_t parts, const std::function<void(size_t)>& part)
   } catch (...) {
     errors_[0] = std::current_exception();
   }
-  part_seconds_[0] = seconds_between(start, std::chrono::steady_clock::now());
+  part_seconds_[0] = seconds_since(start);
   lock.lock();
   done_.wait(lock, [&] { return running_ == 0; });
-  auto pass_s = seconds_between(start, std::chrono::steady_clock::now());
+  auto pass_s = seconds_since(start);
   if (parts > 1)  // one part waits for nobody
     for (auto s : part_seconds_)
       waited_s_ += std::max(0.0, pass_s - s);
@@ -76,7 +76,7 @@ void replica_threads::serve(size_t k) {
     } catch (...) {
       error = std::current_exception();
     }
-    auto seconds = seconds_between(start, std::chrono::steady_clock::now());
+    auto seconds = seconds_since(start);
     lock.lock();
     part_seconds_[k] = seconds;
     errors_[k] = error;
