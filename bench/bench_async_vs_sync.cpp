@@ -10,7 +10,10 @@
 //      more than it generates, printed with the mix it comes from (and, for
 //      comparison, what it would be were phases on split cores as fast as
 //      alone). And the synchronous ideal: both phases alternating on all
-//      threads, 1/(1/G + 1/T).
+//      threads, 1/(1/G + 1/T). All of it measured again after each round of
+//      runs (below), and each round's runs set against the mean of the bound
+//      measured before and after them: the machine's speed drifts within
+//      minutes, and a bound measured once can land in a slow minute.
 //   2. The real job (controller, rollout, reward pool, trainer actors) in
 //      synchronous mode and asynchronous mode (eta = 1, 2, 4, 8, cores shared),
 //      plus the alternatives: a static core split at eta = 2 and plain PPO
@@ -53,10 +56,9 @@
 
 namespace fs = std::filesystem;
 using namespace areal;
-using areal::bench::capacity;
+using areal::bench::bracket;
 using areal::bench::make_config;
-using areal::bench::measure_capacity;
-using areal::bench::measure_together;
+using areal::bench::measure_bound;
 using areal::bench::run_job;
 using areal::bench::seconds_since;
 using areal::bench::workload;
@@ -147,84 +149,21 @@ int main(int argc, char** argv) {
     std::cout << "warm start: " << w.sft_steps << " SFT steps in " << std::setprecision(3) << warm.sft_seconds
               << " s\n";
 
-    // 1. Capacities: each phase alone at each thread count, then both at once
-    // as the job runs them together (below).
-    std::vector<capacity> caps(static_cast<size_t>(threads + 1));
+    // 1. The bound (phase_capacity.hpp), measured before the runs and again after each round: a round's
+    // rows are set against the mean of the bound before and after them. Measured once, at the start, the
+    // bound landed in a slow minute of this machine in one full run, and that run's sync rows read 0.92-1.1
+    // of it.
     std::vector<kernels::generation_output> outputs;
-    for (int k = 1; k <= threads; ++k) {
-      caps[static_cast<size_t>(k)] = measure_capacity(model_dir, w, k, opts.quick, outputs);
-      std::cout << "capacity at " << k << " thread(s): generation G = " << caps[static_cast<size_t>(k)].generation
-                << " tokens/s, training T = " << caps[static_cast<size_t>(k)].training << " tokens/s" << std::endl;
-    }
-    // The bound, over the configurations the job runs on `threads` cores (one
-    // rollout engine; the trainer's replicas, one per thread): generation alone
-    // on every thread, training alone on every thread, and both at once, as
-    // the cores are shared (compute_share.hpp: the trainer keeps every thread,
-    // the engine takes threads / 2) and as a static split gives them (k and
-    // threads - k). A mix of them in time trains at most as many tokens as it
-    // generates; the best mix uses at most two of them. The phases at once are
-    // measured at once: on shared cores they slow each other.
-    struct configuration {
-      std::string name;
-      double generation, training;
-    };
-    std::vector<configuration> alone = {
-        {"generation alone on " + std::to_string(threads), caps[static_cast<size_t>(threads)].generation, 0},
-        {"training alone on " + std::to_string(threads), 0, caps[static_cast<size_t>(threads)].training}};
-    auto configurations = alone, assumed = alone;
-    if (threads > 1) {
-      int shared_generation = std::max(1, threads / 2);
-      auto both = measure_together(model_dir, w, shared_generation, threads, opts.quick, outputs);
-      configurations.push_back({"generation on " + std::to_string(shared_generation) + " and training on " +
-                                    std::to_string(threads) + " at once (shared cores)",
-                                both.generation, both.training});
-      std::cout << "measured at once on shared cores (generation " << shared_generation << " thread(s), training "
-                << threads << " replicas): G = " << both.generation << " tokens/s, T = " << both.training << " tokens/s"
-                << std::endl;
-    }
-    for (int k = 1; k < threads; ++k) {
-      auto both = measure_together(model_dir, w, k, threads - k, opts.quick, outputs);
-      auto name = "generation on " + std::to_string(k) + " and training on " + std::to_string(threads - k);
-      configurations.push_back({name + " at once", both.generation, both.training});
-      assumed.push_back(
-          {name, caps[static_cast<size_t>(k)].generation, caps[static_cast<size_t>(threads - k)].training});
-      std::cout << "measured at once on split cores (generation " << k << ", training " << threads - k
-                << "): G = " << both.generation << " tokens/s, T = " << both.training << " tokens/s" << std::endl;
-    }
-    auto best_mix = [](const std::vector<configuration>& configs, std::string& how) {
-      double bound = 0;
-      for (auto& a : configs)
-        if (a.generation >= a.training && a.training > bound) {
-          bound = a.training;
-          how = a.name + " all the time";
-        }
-      for (auto& a : configs)
-        for (auto& b : configs)
-          if (a.generation > a.training && b.training > b.generation) {
-            // Time x in a, 1 - x in b, with generated = trained tokens.
-            double x = (b.training - b.generation) / ((a.generation - a.training) + (b.training - b.generation));
-            double rate = x * a.training + (1 - x) * b.training;
-            if (rate > bound) {
-              bound = rate;
-              std::ostringstream mix;
-              mix << std::setprecision(2) << x << " of the time " << a.name << ", " << 1 - x << " " << b.name;
-              how = mix.str();
-            }
-          }
-      return bound;
-    };
-    std::string bound_how, assumed_how;
-    double bound = best_mix(configurations, bound_how);
-    double assumed_bound = best_mix(assumed, assumed_how);
+    auto before = measure_bound(model_dir, w, threads, opts.quick, outputs, &std::cout);
     std::cout << "bound over the configurations the job runs (one engine, one trainer replica per thread; phases "
                  "together measured together): "
-              << bound << " trained tokens/s, from " << bound_how << "\n";
-    std::cout << "(were phases on split cores as fast as alone: " << assumed_bound << " tokens/s, from " << assumed_how
-              << ")\n";
-    auto& all = caps[static_cast<size_t>(threads)];
-    double alternating = 1.0 / (1.0 / all.generation + 1.0 / all.training);
-    std::cout << "alternating phases at all " << threads << " threads, 1/(1/G + 1/T) = " << alternating
-              << " tokens/s (the synchronous ideal), " << alternating / bound << " of the bound\n";
+              << before.bound << " trained tokens/s, from " << before.bound_how << "\n";
+    std::cout << "(were phases on split cores as fast as alone: " << before.assumed_bound << " tokens/s, from "
+              << before.assumed_how << ")\n";
+    std::cout << "alternating phases at all " << threads << " threads, 1/(1/G + 1/T) = " << before.alternating
+              << " tokens/s (the synchronous ideal), " << before.alternating / before.bound << " of the bound\n";
+    auto first_bound = before;
+    nlohmann::json bounds_measured = nlohmann::json::array({before.bound});
 
     // 2. The runs.
     std::vector<run_row> rows = {{"sync", {"rl.mode=\"sync\""}, true}};
@@ -243,7 +182,16 @@ int main(int argc, char** argv) {
       std::vector<double> vs_sync, of_bound, tokens_per_s;
     };
     std::vector<spread> spreads(rows.size());
-    for (int round = 0; round < rounds; ++round)
+    // What a run left behind, read before the next run reuses its directory.
+    struct outcome {
+      size_t row;
+      std::string label;
+      rl_job_result result;
+      double fill_drain;
+      bench::time_use use;
+    };
+    for (int round = 0; round < rounds; ++round) {
+      std::vector<outcome> outcomes;
       for (size_t r = 0; r < rows.size(); ++r) {
         auto& row = rows[r];
         auto label = rounds > 1 ? row.name + " (round " + std::to_string(round + 1) + ")" : row.name;
@@ -255,8 +203,6 @@ int main(int argc, char** argv) {
         auto result = run_job(make_config(w, threads, overrides), dir, threads, row.share);
         if (result.exit_code != 0)
           return fail(label + ": the run failed: " + result.why);
-        auto& s = result.stats;
-        double tokens_per_s = static_cast<double>(s.trained_tokens) / result.rl_seconds;
         // Fill and drain: the time before the first step beyond one steady step
         // interval, and after the last step (from metrics.jsonl's step times).
         std::vector<double> step_times;
@@ -276,6 +222,33 @@ int main(int argc, char** argv) {
               (std::max(0.0, step_times.front() - interval) + std::max(0.0, result.rl_seconds - step_times.back())) /
               result.rl_seconds;
         }
+        bench::time_use use;
+        try {
+          use = bench::read_time_use(dir / "trace.json");
+        } catch (const std::exception& e) {
+          return fail(label + ": " + e.what());
+        }
+        outcomes.push_back({r, label, std::move(result), fill_drain, use});
+        std::cerr << "  " << label << ": ran (" << outcomes.back().result.rl_seconds << " s of RL)" << std::endl;
+      }
+      auto after = measure_bound(model_dir, w, threads, opts.quick, outputs, nullptr);
+      bounds_measured.push_back(after.bound);
+      auto around = bracket(before, after);
+      std::cout << (rounds > 1 ? "round " + std::to_string(round + 1) + ": " : std::string{}) << "the bound "
+                << before.bound << " tokens/s before these runs, " << after.bound << " after; each against the mean, "
+                << around.bound << std::endl;
+      before = after;
+      double bound = around.bound;
+      auto& caps = around.caps;
+      for (auto& o : outcomes) {
+        size_t r = o.row;
+        auto& row = rows[r];
+        auto& label = o.label;
+        auto& result = o.result;
+        auto& use = o.use;
+        double fill_drain = o.fill_drain;
+        auto& s = result.stats;
+        double tokens_per_s = static_cast<double>(s.trained_tokens) / result.rl_seconds;
         double samples_per_s = static_cast<double>(s.trained) / result.rl_seconds;
         // How busy the cores were (the process's CPU time over the RL phase), and
         // the CPU time each trained token cost, every thread of the job counted.
@@ -301,12 +274,6 @@ int main(int argc, char** argv) {
         // alone; the engine's share, its speed against G alone (a full batch) on
         // the threads it gets beside the trainer (all of them in sync, where it
         // computes alone), and the sequences it decodes a step.
-        bench::time_use use;
-        try {
-          use = bench::read_time_use(dir / "trace.json");
-        } catch (const std::exception& e) {
-          return fail(label + ": " + e.what());
-        }
         int engine_threads = row.name == "sync" ? threads : std::max(1, threads / 2);
         int trainer_threads = row.share ? threads : std::max(1, threads / 2);
         double trainer_share = use.train_s / result.rl_seconds;
@@ -370,8 +337,10 @@ int main(int argc, char** argv) {
                         {"trainer_replicas_waiting_fraction", replicas_waiting},
                         {"engine_thread_computing_fraction", engine_computing},
                         {"decoding_per_cpu_second_vs_alone", decoding_per_cpu},
-                        {"mean_decode_batch", mean_batch}});
+                        {"mean_decode_batch", mean_batch},
+                        {"bound_around", bound}});
       }
+    }
     nlohmann::json over_rounds = nlohmann::json::array();
     if (rounds > 1) {
       auto mean = [](const std::vector<double>& v) {
@@ -382,7 +351,8 @@ int main(int argc, char** argv) {
       };
       auto range = [](const std::vector<double>& v) {
         std::ostringstream os;
-        os << std::setprecision(3) << *std::min_element(v.begin(), v.end()) << "-" << *std::max_element(v.begin(), v.end());
+        os << std::setprecision(3) << *std::min_element(v.begin(), v.end()) << "-"
+           << *std::max_element(v.begin(), v.end());
         return os.str();
       };
       std::cout << "over " << rounds << " rounds (mean, then the range):\n";
@@ -400,20 +370,21 @@ int main(int argc, char** argv) {
     nlohmann::json capacities = nlohmann::json::array();
     for (int k = 1; k <= threads; ++k)
       capacities.push_back({{"threads", k},
-                            {"generation_tokens_per_s", caps[static_cast<size_t>(k)].generation},
-                            {"training_tokens_per_s", caps[static_cast<size_t>(k)].training}});
+                            {"generation_tokens_per_s", first_bound.caps[static_cast<size_t>(k)].generation},
+                            {"training_tokens_per_s", first_bound.caps[static_cast<size_t>(k)].training}});
     nlohmann::json measured = nlohmann::json::array();
-    for (auto& config : configurations)
+    for (auto& config : first_bound.configurations)
       measured.push_back({{"configuration", config.name},
                           {"generation_tokens_per_s", config.generation},
                           {"training_tokens_per_s", config.training}});
     report["workloads"].push_back({{"name", w.name},
                                    {"capacities", capacities},
                                    {"configurations", measured},
-                                   {"bound", bound},
-                                   {"bound_from", bound_how},
-                                   {"bound_if_phases_did_not_interfere", assumed_bound},
-                                   {"alternating_bound", alternating},
+                                   {"bound", first_bound.bound},
+                                   {"bound_from", first_bound.bound_how},
+                                   {"bound_if_phases_did_not_interfere", first_bound.assumed_bound},
+                                   {"alternating_bound", first_bound.alternating},
+                                   {"bounds_measured", bounds_measured},
                                    {"runs", runs},
                                    {"rounds", rounds},
                                    {"over_rounds", over_rounds}});

@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <iomanip>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "bench_common.hpp"
@@ -175,6 +177,90 @@ capacity measure_together(const fs::path& model_dir, const workload& w, int gene
   generating.join();
   cap.generation = static_cast<double>(generated) / generation_seconds;
   return cap;
+}
+
+}  // namespace areal::bench
+
+namespace areal::bench {
+
+double best_mix(const std::vector<configuration>& configs, std::string& how) {
+  double bound = 0;
+  for (auto& a : configs)
+    if (a.generation >= a.training && a.training > bound) {
+      bound = a.training;
+      how = a.name + " all the time";
+    }
+  for (auto& a : configs)
+    for (auto& b : configs)
+      if (a.generation > a.training && b.training > b.generation) {
+        // Time x in a, 1 - x in b, with generated = trained tokens.
+        double x = (b.training - b.generation) / ((a.generation - a.training) + (b.training - b.generation));
+        double rate = x * a.training + (1 - x) * b.training;
+        if (rate > bound) {
+          bound = rate;
+          std::ostringstream mix;
+          mix << std::setprecision(2) << x << " of the time " << a.name << ", " << 1 - x << " " << b.name;
+          how = mix.str();
+        }
+      }
+  return bound;
+}
+
+bound_measurement measure_bound(const fs::path& model_dir, const workload& w, int threads, bool quick,
+                                std::vector<kernels::generation_output>& outputs, std::ostream* log) {
+  bound_measurement m;
+  m.caps.resize(static_cast<size_t>(threads + 1));
+  for (int k = 1; k <= threads; ++k) {
+    m.caps[static_cast<size_t>(k)] = measure_capacity(model_dir, w, k, quick, outputs);
+    if (log)
+      *log << "capacity at " << k << " thread(s): generation G = " << m.caps[static_cast<size_t>(k)].generation
+           << " tokens/s, training T = " << m.caps[static_cast<size_t>(k)].training << " tokens/s" << std::endl;
+  }
+  auto& all = m.caps[static_cast<size_t>(threads)];
+  std::vector<configuration> alone = {{"generation alone on " + std::to_string(threads), all.generation, 0},
+                                      {"training alone on " + std::to_string(threads), 0, all.training}};
+  auto assumed = alone;
+  m.configurations = alone;
+  if (threads > 1) {
+    int shared_generation = std::max(1, threads / 2);
+    auto both = measure_together(model_dir, w, shared_generation, threads, quick, outputs);
+    m.configurations.push_back({"generation on " + std::to_string(shared_generation) + " and training on " +
+                                    std::to_string(threads) + " at once (shared cores)",
+                                both.generation, both.training});
+    if (log)
+      *log << "measured at once on shared cores (generation " << shared_generation << " thread(s), training " << threads
+           << " replicas): G = " << both.generation << " tokens/s, T = " << both.training << " tokens/s" << std::endl;
+  }
+  for (int k = 1; k < threads; ++k) {
+    auto both = measure_together(model_dir, w, k, threads - k, quick, outputs);
+    auto name = "generation on " + std::to_string(k) + " and training on " + std::to_string(threads - k);
+    m.configurations.push_back({name + " at once", both.generation, both.training});
+    assumed.push_back(
+        {name, m.caps[static_cast<size_t>(k)].generation, m.caps[static_cast<size_t>(threads - k)].training});
+    if (log)
+      *log << "measured at once on split cores (generation " << k << ", training " << threads - k
+           << "): G = " << both.generation << " tokens/s, T = " << both.training << " tokens/s" << std::endl;
+  }
+  m.bound = best_mix(m.configurations, m.bound_how);
+  m.assumed_bound = best_mix(assumed, m.assumed_how);
+  m.alternating = 1.0 / (1.0 / all.generation + 1.0 / all.training);
+  return m;
+}
+
+bound_measurement bracket(const bound_measurement& a, const bound_measurement& b) {
+  auto m = a;
+  for (size_t k = 0; k < m.caps.size() && k < b.caps.size(); ++k) {
+    m.caps[k].generation = (a.caps[k].generation + b.caps[k].generation) / 2;
+    m.caps[k].training = (a.caps[k].training + b.caps[k].training) / 2;
+  }
+  for (size_t i = 0; i < m.configurations.size() && i < b.configurations.size(); ++i) {
+    m.configurations[i].generation = (a.configurations[i].generation + b.configurations[i].generation) / 2;
+    m.configurations[i].training = (a.configurations[i].training + b.configurations[i].training) / 2;
+  }
+  m.bound = (a.bound + b.bound) / 2;
+  m.assumed_bound = (a.assumed_bound + b.assumed_bound) / 2;
+  m.alternating = (a.alternating + b.alternating) / 2;
+  return m;
 }
 
 }  // namespace areal::bench

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <filesystem>
+#include <ostream>
+#include <string>
 #include <vector>
 
 #include "bench_jobs.hpp"
@@ -28,5 +30,36 @@ capacity measure_capacity(const std::filesystem::path& model_dir, const workload
 /// kept full), training with `replicas` replicas, over the same updates.
 capacity measure_together(const std::filesystem::path& model_dir, const workload& w, int generation_threads,
                           int replicas, bool quick, const std::vector<kernels::generation_output>& outputs);
+
+/// One configuration of the phases on the node's cores and what each phase
+/// does per second in it.
+struct configuration {
+  std::string name;
+  double generation = 0, training = 0;
+};
+
+/// The best mix in time of `configs` that trains no more than it generates
+/// (at most two of them are needed); `how` gets the mix.
+double best_mix(const std::vector<configuration>& configs, std::string& how);
+
+/// The bound on trained tokens/s over the configurations the job runs on
+/// `threads` cores, measured: each phase alone at each thread count (caps),
+/// both at once on shared cores (the trainer keeps every thread, the engine
+/// takes threads / 2) and on a static split (k and threads - k), and the best
+/// mix of them; beside it, the mix were phases on split cores as fast as alone,
+/// and the synchronous ideal (both phases alternating on every thread).
+struct bound_measurement {
+  std::vector<capacity> caps;  // by thread count, 1 .. threads
+  std::vector<configuration> configurations;
+  double bound = 0, assumed_bound = 0, alternating = 0;
+  std::string bound_how, assumed_how;
+};
+/// `log`, when given, gets a line per measurement.
+bound_measurement measure_bound(const std::filesystem::path& model_dir, const workload& w, int threads, bool quick,
+                                std::vector<kernels::generation_output>& outputs, std::ostream* log);
+
+/// The capacities and bounds of a and b averaged: what was measured before and
+/// after a stretch of runs, for the runs between (the machine's speed drifts).
+bound_measurement bracket(const bound_measurement& a, const bound_measurement& b);
 
 }  // namespace areal::bench
