@@ -7,6 +7,8 @@
 //     tokens, causal attention) and their fraction of the GEMM rate of as many
 //     single-threaded products running at once; ppo_minibatches 1 and 4, and
 //     1 with ATen's element-wise layers and attention instead of the CPU's own loops (fused_layers.hpp);
+//   - the PPO step on groups of samples that share a prompt, the prompt computed
+//     once per group vs with every sample (trainer_config::share_prompts);
 //   - SFT steps (trainer::sft_update, forward + backward + AdamW) as the warm
 //     start runs them, one replica per thread, FLOPs and ceiling as for the
 //     PPO step, for both presets;
@@ -106,6 +108,37 @@ std::vector<rl_sample> make_rl_batch(trainer& t, int count, int64_t prompt, int6
     s.prompt = prompts[static_cast<size_t>(i)];
     s.response = responses[static_cast<size_t>(i)];
     s.behaviour_logprobs = behaviour[static_cast<size_t>(i)];
+    s.advantage = i % 2 ? 1.0 : -1.0;
+    batch.push_back(std::move(s));
+  }
+  return batch;
+}
+
+// As make_rl_batch, in `groups` groups of `group_size` samples that share one prompt (as the job's
+// GRPO groups do), each sample with a response of its own.
+std::vector<rl_sample> make_grouped_rl_batch(trainer& t, int groups, int group_size, int64_t prompt, int64_t response,
+                                             uint32_t seed) {
+  std::mt19937 rng{seed};
+  std::vector<std::vector<int32_t>> prompts, responses;
+  for (int g = 0; g < groups; ++g) {
+    std::vector<int32_t> p;
+    for (int64_t k = 0; k < prompt; ++k)
+      p.push_back(static_cast<int32_t>(rng() % vocab));
+    for (int i = 0; i < group_size; ++i) {
+      std::vector<int32_t> r;
+      for (int64_t k = 0; k < response; ++k)
+        r.push_back(static_cast<int32_t>(rng() % vocab));
+      prompts.push_back(p);
+      responses.push_back(std::move(r));
+    }
+  }
+  auto behaviour = t.response_logprobs(prompts, responses);
+  std::vector<rl_sample> batch;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    rl_sample s;
+    s.prompt = prompts[i];
+    s.response = responses[i];
+    s.behaviour_logprobs = behaviour[i];
     s.advantage = i % 2 ? 1.0 : -1.0;
     batch.push_back(std::move(s));
   }
@@ -212,6 +245,51 @@ int main(int argc, char** argv) {
       fused::set_enabled(true);
     }
   }
+  // A group's prompt computed once in training (trainer_config::share_prompts) against with each of its
+  // samples, the PPO step as above, alternating: the demo's shape (tiny; prompts of 7 tokens, responses
+  // of 6, as its RL phase averages) and a long prompt (small; 256 + 32).
+  {
+    struct shape {
+      const char* model;
+      int64_t prompt, response;
+    };
+    int groups = quick ? 4 : 8, group_size = 8, rounds = quick ? 2 : 4, steps = quick ? 3 : 6;
+    for (auto [name, prompt, response] : {shape{"tiny", 7, 6}, shape{"small", 256, 32}}) {
+      policy_model model(preset(name, vocab));
+      model.init_random(9);
+      trainer_config once, whole;
+      once.data_parallel = whole.data_parallel = threads;
+      whole.share_prompts = false;
+      trainer sharing(model, once), plain(model, whole);
+      auto batch = make_grouped_rl_batch(plain, groups, group_size, prompt, response, 13);
+      double rate[2] = {0, 0};
+      int64_t computed[2] = {0, 0};
+      for (auto* t : {&sharing, &plain})
+        t->ppo_update(batch);  // warm-up
+      for (int r = 0; r < rounds; ++r)
+        for (int v = 0; v < 2; ++v) {
+          auto& t = v == 0 ? sharing : plain;
+          int64_t tokens = 0;
+          auto start = clock_type::now();
+          for (int i = 0; i < steps; ++i) {
+            auto stats = t.ppo_update(batch);
+            tokens += stats.tokens;
+            computed[v] = stats.computed_tokens;
+          }
+          rate[v] += tokens / seconds_since(start) / rounds;
+        }
+      std::cout << "PPO step, " << name << ", " << groups << " groups of " << group_size
+                << " samples sharing a prompt (" << prompt << " + " << response
+                << " tokens): the prompt computed once per group vs with each sample (" << rounds
+                << " alternating rounds): " << rate[0] << " vs " << rate[1] << " trained tokens/s, ratio "
+                << rate[0] / rate[1] << "; tokens computed a step " << computed[0] << " vs " << computed[1] << "\n";
+      out["shared_prompts"][name] = {{"shared_tokens_per_s", rate[0]},
+                                     {"whole_tokens_per_s", rate[1]},
+                                     {"ratio", rate[0] / rate[1]},
+                                     {"shared_computed_tokens", computed[0]},
+                                     {"whole_computed_tokens", computed[1]}};
+    }
+  }
   // SFT steps as the warm start runs them (one replica per compute thread): sequences of 256 tokens
   // (prompt 4), 2048 tokens per micro-batch. FLOPs as for the PPO step: forward_flops for the forward,
   // three times that for forward + backward.
@@ -238,7 +316,8 @@ int main(int argc, char** argv) {
     double efficiency = gflops / ceiling;
     std::cout << "  " << name << ": " << config.parameter_count() << " parameters; " << rate << " trained tokens/s, "
               << gflops << " model GFLOP/s; ceiling " << ceiling << " GFLOP/s (" << threads
-              << " x 1-thread products at once, the mean of before and after the steps); efficiency " << efficiency << "\n";
+              << " x 1-thread products at once, the mean of before and after the steps); efficiency " << efficiency
+              << "\n";
     out[name] = {
         {"ceiling_gflops", ceiling}, {"tokens_per_s", rate}, {"model_gflops", gflops}, {"efficiency", efficiency}};
   }
@@ -297,8 +376,8 @@ int main(int argc, char** argv) {
     });
     std::cout << "causal attention of a long-tailed packed micro-batch (16 sequences, 1,024 tokens the longest, "
               << heads << " heads, " << kv_heads << " kv heads, forward + backward, " << at::get_num_threads()
-              << " threads): tasks balanced over the threads " << balanced * 1e3 << " ms vs split evenly "
-              << even * 1e3 << " ms: " << even / balanced << "x\n";
+              << " threads): tasks balanced over the threads " << balanced * 1e3 << " ms vs split evenly " << even * 1e3
+              << " ms: " << even / balanced << "x\n";
     out["attention_balanced_vs_even"] = even / balanced;
   }
 

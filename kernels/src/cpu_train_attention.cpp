@@ -143,16 +143,21 @@ AREAL_INLINE void spread(const float* coef, int64_t lp, const float* x, int64_t 
     spread_chunk<V, 1>(coef, lp, x, n, c0, d, acc);
 }
 
-// Where task (sequence, kv head)'s rows lie in the fused qkv rows.
+// Where task (sequence, kv head)'s rows lie in the fused qkv rows. Keys 0 ..
+// prefix - 1 are the parent's rows (from prefix_first), keys prefix .. the
+// sequence's own; queries are the sequence's own rows only.
 struct task {
   const causal_attention_args& a;
   int64_t first, length, kv_head;
+  int64_t prefix_first = 0, prefix = 0;
 
   int64_t group() const { return a.heads / a.kv_heads; }
   int64_t out_width() const { return a.heads * a.head_dim; }
-  const float* key(int64_t i) const { return a.qkv + (first + i) * a.row + (a.heads + kv_head) * a.head_dim; }
+  int64_t keys() const { return prefix + length; }
+  int64_t key_row(int64_t i) const { return i < prefix ? prefix_first + i : first + i - prefix; }
+  const float* key(int64_t i) const { return a.qkv + key_row(i) * a.row + (a.heads + kv_head) * a.head_dim; }
   const float* value(int64_t i) const {
-    return a.qkv + (first + i) * a.row + (a.heads + a.kv_heads + kv_head) * a.head_dim;
+    return a.qkv + key_row(i) * a.row + (a.heads + a.kv_heads + kv_head) * a.head_dim;
   }
   const float* query(int64_t t, int64_t h) const { return a.qkv + (first + t) * a.row + h * a.head_dim; }
 };
@@ -198,7 +203,7 @@ AREAL_INLINE void gather_block(F row, int64_t t0, int64_t length, int64_t d, flo
 }
 
 struct buffers {
-  std::vector<float> kt, vt, s, dp, qb, ob, dk, dv;
+  std::vector<float> kt, vt, s, dp, qb, ob, dk, dv, kc, vc;
 
   void size_for(int64_t length, int64_t d, int64_t lp) {
     auto grow = [](std::vector<float>& v, int64_t n) {
@@ -216,17 +221,33 @@ struct buffers {
   }
 };
 
+// The task's key (or value) rows as one strided array: in place without a
+// prefix, else gathered into `scratch` ([keys, d], stride d).
+template <typename F>
+std::pair<const float*, int64_t> rows_of(const task& k, F row, std::vector<float>& scratch) {
+  auto d = k.a.head_dim;
+  if (k.prefix == 0)
+    return {row(0), k.a.row};
+  if (scratch.size() < static_cast<size_t>(k.keys() * d))
+    scratch.resize(static_cast<size_t>(k.keys() * d));
+  for (int64_t i = 0; i < k.keys(); ++i)
+    std::copy(row(i), row(i) + d, scratch.data() + i * d);
+  return {scratch.data(), d};
+}
+
 template <typename V>
 AREAL_INLINE void forward_task(const task& k, buffers& b) {
   auto& a = k.a;
-  auto d = a.head_dim, length = k.length;
-  auto lp = round_up(length, 2 * width<V>);
-  b.size_for(length, d, lp);
-  transpose_rows([&](int64_t i) { return k.key(i); }, length, d, lp, b.kt.data());
+  auto d = a.head_dim, length = k.length, prefix = k.prefix, keys = k.keys();
+  auto lp = round_up(keys, 2 * width<V>);
+  b.size_for(keys, d, lp);
+  transpose_rows([&](int64_t i) { return k.key(i); }, keys, d, lp, b.kt.data());
+  auto [values, value_stride] = rows_of(
+      k, [&](int64_t i) { return k.value(i); }, b.vc);
   for (int64_t g = 0; g < k.group(); ++g) {
     auto h = k.kv_head * k.group() + g;
     for (int64_t t0 = 0; t0 < length; t0 += Q) {
-      auto n = std::min(t0 + Q, length);
+      auto n = prefix + std::min(t0 + Q, length);  // the keys the block's queries see
       gather_block([&](int64_t t) { return k.query(t, h); }, t0, length, d, a.scale, b.qb.data());
       scores_block<V>(b.qb.data(), b.kt.data(), lp, d, n, b.s.data());
       for (int qq = 0; qq < Q; ++qq) {
@@ -236,24 +257,25 @@ AREAL_INLINE void forward_task(const task& k, buffers& b) {
           std::fill(p, p + n, 0.0f);
           continue;
         }
+        auto last = prefix + t;  // the last key query t sees
         float top = p[0];
 #pragma omp simd reduction(max : top)
-        for (int64_t i = 1; i <= t; ++i)
+        for (int64_t i = 1; i <= last; ++i)
           top = p[i] > top ? p[i] : top;
         float sum = 0;
 #pragma omp simd reduction(+ : sum)
-        for (int64_t i = 0; i <= t; ++i) {
+        for (int64_t i = 0; i <= last; ++i) {
           p[i] = exp_nonpositive(p[i] - top);
           sum += p[i];
         }
         float inv = 1.0f / sum;
 #pragma omp simd
-        for (int64_t i = 0; i <= t; ++i)
+        for (int64_t i = 0; i <= last; ++i)
           p[i] *= inv;
-        std::fill(p + t + 1, p + n, 0.0f);
+        std::fill(p + last + 1, p + n, 0.0f);
         a.lse[(k.first + t) * a.heads + h] = top + std::log(sum);
       }
-      weigh<V>(b.s.data(), lp, k.value(0), a.row, n, d, b.ob.data());
+      weigh<V>(b.s.data(), lp, values, value_stride, n, d, b.ob.data());
       for (int qq = 0; qq < Q && t0 + qq < length; ++qq)
         std::copy(b.ob.data() + qq * d, b.ob.data() + (qq + 1) * d,
                   a.out + (k.first + t0 + qq) * k.out_width() + h * d);
@@ -264,19 +286,21 @@ AREAL_INLINE void forward_task(const task& k, buffers& b) {
 template <typename V>
 AREAL_INLINE void backward_task(const task& k, const float* d_out, const float* delta_rows, float* d_qkv, buffers& b) {
   auto& a = k.a;
-  auto d = a.head_dim, length = k.length;
-  auto lp = round_up(length, 2 * width<V>);
-  b.size_for(length, d, lp);
-  transpose_rows([&](int64_t i) { return k.key(i); }, length, d, lp, b.kt.data());
-  transpose_rows([&](int64_t i) { return k.value(i); }, length, d, lp, b.vt.data());
-  std::fill(b.dk.begin(), b.dk.begin() + length * d, 0.0f);
-  std::fill(b.dv.begin(), b.dv.begin() + length * d, 0.0f);
+  auto d = a.head_dim, length = k.length, prefix = k.prefix, keys = k.keys();
+  auto lp = round_up(keys, 2 * width<V>);
+  b.size_for(keys, d, lp);
+  transpose_rows([&](int64_t i) { return k.key(i); }, keys, d, lp, b.kt.data());
+  transpose_rows([&](int64_t i) { return k.value(i); }, keys, d, lp, b.vt.data());
+  auto [key_rows, key_stride] = rows_of(
+      k, [&](int64_t i) { return k.key(i); }, b.kc);
+  std::fill(b.dk.begin(), b.dk.begin() + keys * d, 0.0f);
+  std::fill(b.dv.begin(), b.dv.begin() + keys * d, 0.0f);
   float* dob = b.ob.data();  // the block's output gradient rows
   for (int64_t g = 0; g < k.group(); ++g) {
     auto h = k.kv_head * k.group() + g;
     auto out_row = [&](const float* base, int64_t t) { return base + (k.first + t) * k.out_width() + h * d; };
     for (int64_t t0 = 0; t0 < length; t0 += Q) {
-      auto n = std::min(t0 + Q, length);
+      auto n = prefix + std::min(t0 + Q, length);
       gather_block([&](int64_t t) { return k.query(t, h); }, t0, length, d, a.scale, b.qb.data());
       gather_block([&](int64_t t) { return out_row(d_out, t); }, t0, length, d, 1.0f, dob);
       scores_block<V>(b.qb.data(), b.kt.data(), lp, d, n, b.s.data());  // scaled scores
@@ -290,20 +314,21 @@ AREAL_INLINE void backward_task(const task& k, const float* d_out, const float* 
           std::fill(ds, ds + n, 0.0f);
           continue;
         }
+        auto last = prefix + t;
         float lse = a.lse[(k.first + t) * a.heads + h];
         float delta = delta_rows[(k.first + t) * a.heads + h];
 #pragma omp simd
-        for (int64_t i = 0; i <= t; ++i) {
+        for (int64_t i = 0; i <= last; ++i) {
           p[i] = exp_nonpositive(p[i] - lse);
           ds[i] = p[i] * (ds[i] - delta);
         }
-        std::fill(p + t + 1, p + n, 0.0f);
-        std::fill(ds + t + 1, ds + n, 0.0f);
+        std::fill(p + last + 1, p + n, 0.0f);
+        std::fill(ds + last + 1, ds + n, 0.0f);
       }
       // In this order: dob is read by the spread of dV before dS K overwrites it.
       spread<V>(b.dp.data(), lp, b.qb.data(), n, d, b.dk.data());  // dK += dS^T (scale Q)
       spread<V>(b.s.data(), lp, dob, n, d, b.dv.data());           // dV += P^T dO
-      weigh<V>(b.dp.data(), lp, k.key(0), a.row, n, d, dob);       // dS K; dQ = scale dS K
+      weigh<V>(b.dp.data(), lp, key_rows, key_stride, n, d, dob);  // dS K; dQ = scale dS K
       for (int qq = 0; qq < Q && t0 + qq < length; ++qq) {
         float* dst = d_qkv + (k.first + t0 + qq) * a.row + h * d;
         const float* src = dob + qq * d;
@@ -313,11 +338,23 @@ AREAL_INLINE void backward_task(const task& k, const float* d_out, const float* 
       }
     }
   }
-  for (int64_t i = 0; i < length; ++i) {
-    std::copy(b.dk.data() + i * d, b.dk.data() + (i + 1) * d,
-              d_qkv + (k.first + i) * a.row + (a.heads + k.kv_head) * d);
-    std::copy(b.dv.data() + i * d, b.dv.data() + (i + 1) * d,
-              d_qkv + (k.first + i) * a.row + (a.heads + a.kv_heads + k.kv_head) * d);
+  // The own rows' key and value gradients are written; the parent's are added
+  // to what its own task (run before, in the same family task) wrote there.
+  for (int64_t i = 0; i < keys; ++i) {
+    float* dk = d_qkv + k.key_row(i) * a.row + (a.heads + k.kv_head) * d;
+    float* dv = d_qkv + k.key_row(i) * a.row + (a.heads + a.kv_heads + k.kv_head) * d;
+    const float* sk = b.dk.data() + i * d;
+    const float* sv = b.dv.data() + i * d;
+    if (i >= prefix) {
+      std::copy(sk, sk + d, dk);
+      std::copy(sv, sv + d, dv);
+    } else {
+#pragma omp simd
+      for (int64_t c = 0; c < d; ++c) {
+        dk[c] += sk[c];
+        dv[c] += sv[c];
+      }
+    }
   }
 }
 
@@ -344,28 +381,61 @@ bool avx512_width(int64_t head_dim) {
   return cpu_isa == isa::avx512 && head_dim % 16 == 0;
 }
 
-// Runs body(task) for every (sequence, kv head) with a non-empty sequence, on ATen's intra-op threads.
-// A task costs what its sequence's length squared costs: balanced_for, not an even split by count.
+// Runs body(task) for every (sequence, kv head) with a non-empty sequence, on ATen's intra-op threads: a
+// family (a sequence and those that continue it, in order) on one thread, so that a child's key and value
+// gradients are added to its parent's after the parent's own and never by two threads at once. A task costs
+// what its sequence's length squared costs: balanced_for, not an even split by count.
 template <typename F>
 void for_tasks(const causal_attention_args& a, F body) {
-  std::vector<int64_t> firsts, lengths;
-  for (int64_t s = 0; s < a.sequences; ++s)
-    if (a.cu_seqlens[s + 1] > a.cu_seqlens[s]) {
-      firsts.push_back(a.cu_seqlens[s]);
-      lengths.push_back(a.cu_seqlens[s + 1] - a.cu_seqlens[s]);
+  std::vector<std::vector<int64_t>> families;  // sequence indices, the parent first
+  std::vector<int64_t> family_of(static_cast<size_t>(a.sequences), -1);
+  for (int64_t s = 0; s < a.sequences; ++s) {
+    auto parent = a.parents ? a.parents[s] : -1;
+    if (parent < 0) {
+      family_of[static_cast<size_t>(s)] = static_cast<int64_t>(families.size());
+      families.push_back({s});
+    } else {
+      families[static_cast<size_t>(family_of[static_cast<size_t>(parent)])].push_back(s);
     }
-  auto count = static_cast<int64_t>(firsts.size()) * a.kv_heads;
+  }
+  auto count = static_cast<int64_t>(families.size()) * a.kv_heads;
   balanced_for(count, 1, [&](int64_t begin, int64_t end, int64_t) {
     denormals_flushed flushed;
     thread_local buffers b;
     for (int64_t t = begin; t < end; ++t) {
-      auto s = static_cast<size_t>(t / a.kv_heads);
-      body(task{a, firsts[s], lengths[s], t % a.kv_heads}, b);
+      auto& family = families[static_cast<size_t>(t / a.kv_heads)];
+      auto root = family.front();
+      for (auto s : family) {
+        auto first = a.cu_seqlens[s], length = a.cu_seqlens[s + 1] - first;
+        if (length == 0)
+          continue;
+        task k{a, first, length, t % a.kv_heads};
+        if (s != root) {
+          k.prefix_first = a.cu_seqlens[root];
+          k.prefix = a.cu_seqlens[root + 1] - k.prefix_first;
+        }
+        body(k, b);
+      }
     }
   });
 }
 
 }  // namespace
+
+std::string check_parents(const std::vector<int64_t>& cu_seqlens, const std::vector<int64_t>& parents) {
+  auto sequences = cu_seqlens.empty() ? 0 : cu_seqlens.size() - 1;
+  if (parents.size() != sequences)
+    return std::to_string(parents.size()) + " parents for " + std::to_string(sequences) + " sequences";
+  for (size_t s = 0; s < parents.size(); ++s) {
+    auto p = parents[s];
+    if (p < -1 || p >= static_cast<int64_t>(s))
+      return "sequence " + std::to_string(s) + " continues " + std::to_string(p) +
+             ": a parent is -1 or an earlier sequence";
+    if (p >= 0 && parents[static_cast<size_t>(p)] != -1)
+      return "sequence " + std::to_string(s) + " continues " + std::to_string(p) + ", which continues another";
+  }
+  return {};
+}
 
 bool causal_attention_supported(int64_t head_dim) {
   return head_dim > 0 && head_dim % 8 == 0;

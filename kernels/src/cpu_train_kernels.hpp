@@ -10,6 +10,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace areal::kernels::cpu {
 
@@ -63,6 +65,9 @@ double sum_of_squares(const float* x, int64_t begin, int64_t end);
 /// of head_dim columns at the start of its qkv row) sees keys 0 .. t of the same
 /// sequence (kv_heads heads after the queries, values after them; query head h
 /// uses kv head h / (heads / kv_heads)). Scores are scaled by `scale`.
+/// With parents, a sequence whose parent p is not -1 continues p: its query t
+/// sees every row of p, then its own rows 0 .. t (the samples of a group after
+/// their shared prompt). A parent comes before its children and has no parent.
 struct causal_attention_args {
   const float* qkv;  // [rows, row]: q heads, k heads, v heads
   int64_t row;       // floats per qkv row: (heads + 2 kv_heads) * head_dim
@@ -72,7 +77,12 @@ struct causal_attention_args {
   int64_t sequences;
   float* out;  // [rows, heads * head_dim]: written by the forward
   float* lse;  // [rows, heads]: each query's log-sum-exp of its scores, written by the forward, read by the backward
+  const int64_t* parents = nullptr;  // per sequence, the sequence it continues or -1; null: none does
 };
+
+/// Why `parents` (sequences long) cannot be the parents of causal_attention_args
+/// over these cu_seqlens; empty when they can.
+std::string check_parents(const std::vector<int64_t>& cu_seqlens, const std::vector<int64_t>& parents);
 
 /// Whether the loops take this head size (a multiple of 8).
 bool causal_attention_supported(int64_t head_dim);

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <stdexcept>
 
 namespace areal::kernels::fused {
 
@@ -89,28 +90,33 @@ struct rotary_function : torch::autograd::Function<rotary_function> {
 };
 
 struct causal_attention_function : torch::autograd::Function<causal_attention_function> {
-  static cpu::causal_attention_args args(const at::Tensor& qkv, const at::Tensor& cu, int64_t heads, int64_t kv_heads,
-                                         int64_t head_dim, at::Tensor& out, at::Tensor& lse) {
-    return {qkv.data_ptr<float>(),
-            qkv.size(1),
-            heads,
-            kv_heads,
-            head_dim,
-            static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim))),
-            cu.data_ptr<int64_t>(),
-            cu.numel() - 1,
-            out.data_ptr<float>(),
-            lse.data_ptr<float>()};
+  static cpu::causal_attention_args args(const at::Tensor& qkv, const at::Tensor& cu, const at::Tensor& parents,
+                                         int64_t heads, int64_t kv_heads, int64_t head_dim, at::Tensor& out,
+                                         at::Tensor& lse) {
+    cpu::causal_attention_args a{qkv.data_ptr<float>(),
+                                 qkv.size(1),
+                                 heads,
+                                 kv_heads,
+                                 head_dim,
+                                 static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim))),
+                                 cu.data_ptr<int64_t>(),
+                                 cu.numel() - 1,
+                                 out.data_ptr<float>(),
+                                 lse.data_ptr<float>()};
+    if (parents.numel() > 0)
+      a.parents = parents.data_ptr<int64_t>();
+    return a;
   }
 
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& qkv, const std::vector<int64_t>& cu_seqlens,
-                            int64_t heads, int64_t kv_heads, int64_t head_dim) {
+                            const std::vector<int64_t>& parent_of, int64_t heads, int64_t kv_heads, int64_t head_dim) {
     auto rows = qkv.contiguous();
     auto cu = at::tensor(cu_seqlens, at::TensorOptions().dtype(at::kLong));
+    auto parents = at::tensor(parent_of, at::TensorOptions().dtype(at::kLong));
     auto out = at::empty({rows.size(0), heads * head_dim}, rows.options());
     auto lse = at::empty({rows.size(0), heads}, rows.options());
-    cpu::causal_attention_forward(args(rows, cu, heads, kv_heads, head_dim, out, lse));
-    ctx->save_for_backward({rows, out, lse, cu});
+    cpu::causal_attention_forward(args(rows, cu, parents, heads, kv_heads, head_dim, out, lse));
+    ctx->save_for_backward({rows, out, lse, cu, parents});
     ctx->saved_data["heads"] = heads;
     ctx->saved_data["kv_heads"] = kv_heads;
     ctx->saved_data["head_dim"] = head_dim;
@@ -119,14 +125,15 @@ struct causal_attention_function : torch::autograd::Function<causal_attention_fu
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();
-    auto &rows = saved[0], &out = saved[1], &lse = saved[2], &cu = saved[3];
+    auto &rows = saved[0], &out = saved[1], &lse = saved[2], &cu = saved[3], &parents = saved[4];
     auto heads = ctx->saved_data["heads"].toInt(), head_dim = ctx->saved_data["head_dim"].toInt();
     auto d_out = grads[0].contiguous();
     auto delta = (d_out * out).view({out.size(0), heads, head_dim}).sum(-1).contiguous();
     auto d_qkv = at::empty_like(rows);
-    cpu::causal_attention_backward(args(rows, cu, heads, ctx->saved_data["kv_heads"].toInt(), head_dim, out, lse),
-                                   d_out.data_ptr<float>(), delta.data_ptr<float>(), d_qkv.data_ptr<float>());
-    return {d_qkv, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    cpu::causal_attention_backward(
+        args(rows, cu, parents, heads, ctx->saved_data["kv_heads"].toInt(), head_dim, out, lse),
+        d_out.data_ptr<float>(), delta.data_ptr<float>(), d_qkv.data_ptr<float>());
+    return {d_qkv, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -200,8 +207,11 @@ bool attention_applies(const at::Tensor& qkv, int64_t head_dim) {
 }
 
 at::Tensor causal_attention(const at::Tensor& qkv, const std::vector<int64_t>& cu_seqlens, int64_t heads,
-                            int64_t kv_heads, int64_t head_dim) {
-  return causal_attention_function::apply(qkv, cu_seqlens, heads, kv_heads, head_dim);
+                            int64_t kv_heads, int64_t head_dim, const std::vector<int64_t>& parents) {
+  if (!parents.empty())
+    if (auto why = cpu::check_parents(cu_seqlens, parents); !why.empty())
+      throw std::invalid_argument("causal_attention: " + why);
+  return causal_attention_function::apply(qkv, cu_seqlens, parents, heads, kv_heads, head_dim);
 }
 
 }  // namespace areal::kernels::fused

@@ -3,6 +3,7 @@
 #include "areal/kernels/precision.hpp"
 #include "areal/runtime/files.hpp"
 #include "aten_attention.hpp"
+#include "cpu_train_kernels.hpp"
 #include "packed_weights.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -331,19 +332,29 @@ at::Tensor policy_model::mlp(const layer_views& layer, const at::Tensor& m) cons
   return fused::linear(mlp_activations(layer, m), layer.down_w);
 }
 
-at::Tensor policy_model::forward(const at::Tensor& tokens, const std::vector<int64_t>& cu_seqlens) const {
+at::Tensor policy_model::forward(const at::Tensor& tokens, const std::vector<int64_t>& cu_seqlens,
+                                 const std::vector<int64_t>& parents) const {
   auto total = tokens.size(0);
   if (cu_seqlens.size() < 2 || cu_seqlens.front() != 0 || cu_seqlens.back() != total)
     throw std::invalid_argument("cu_seqlens must run from 0 to the number of tokens");
+  if (!parents.empty())
+    if (auto why = cpu::check_parents(cu_seqlens, parents); !why.empty())
+      throw std::invalid_argument("forward: " + why);
+  auto length_of = [&](int64_t s) {
+    return cu_seqlens[static_cast<size_t>(s) + 1] - cu_seqlens[static_cast<size_t>(s)];
+  };
+  auto parent_of = [&](size_t s) { return parents.empty() ? int64_t{-1} : parents[s]; };
   compute_precision precision(compute_);
   auto d = config_.head_dim(), kv_heads = config_.num_key_value_heads;
   auto group = config_.num_attention_heads / kv_heads;
   double scale = 1.0 / std::sqrt(static_cast<double>(d));
   std::vector<int64_t> pos;
   pos.reserve(static_cast<size_t>(total));
-  for (size_t s = 0; s + 1 < cu_seqlens.size(); ++s)
+  for (size_t s = 0; s + 1 < cu_seqlens.size(); ++s) {
+    auto start = parent_of(s) < 0 ? 0 : length_of(parent_of(s));  // a continuation's positions follow its parent's
     for (int64_t p = 0; p < cu_seqlens[s + 1] - cu_seqlens[s]; ++p)
-      pos.push_back(p);
+      pos.push_back(start + p);
+  }
   if (!pos.empty() && *std::max_element(pos.begin(), pos.end()) >= config_.max_position_embeddings)
     throw std::invalid_argument("a sequence is longer than max_position_embeddings");
   auto positions = at::tensor(pos, at::TensorOptions().dtype(at::kLong)).to(flat_.device());
@@ -352,11 +363,11 @@ at::Tensor policy_model::forward(const at::Tensor& tokens, const std::vector<int
   std::vector<int64_t> lengths;
   for (size_t s = 0; s + 1 < cu_seqlens.size(); ++s)
     lengths.push_back(cu_seqlens[s + 1] - cu_seqlens[s]);
-  std::map<int64_t, at::Tensor> bias_of_length;  // every layer masks the same lengths
-  auto bias_for = [&](int64_t count) {
-    auto& bias = bias_of_length[count];
+  std::map<std::pair<int64_t, int64_t>, at::Tensor> bias_of_shape;  // every layer masks the same shapes
+  auto bias_for = [&](int64_t count, int64_t past) {
+    auto& bias = bias_of_shape[{count, past}];
     if (!bias.defined())
-      bias = detail::causal_bias(count, 0, group, x.options().requires_grad(false));
+      bias = detail::causal_bias(count, past, group, x.options().requires_grad(false));
     return bias;
   };
   auto heads = config_.num_attention_heads, q_width = heads * d, kv_width = kv_heads * d;
@@ -367,7 +378,7 @@ at::Tensor policy_model::forward(const at::Tensor& tokens, const std::vector<int
       // The CPU's own loops: each query against the keys it may see, q, k and v read from the rotated rows.
       auto rotated =
           fused::rotary(qkv, angles.cos.view({total, d}), angles.sin.view({total, d}), q_width + kv_width, d);
-      attended = fused::causal_attention(rotated, cu_seqlens, heads, kv_heads, d);
+      attended = fused::causal_attention(rotated, cu_seqlens, heads, kv_heads, d, parents);
     } else {
       auto [q, k, v] = qkv_heads(qkv, angles);
       // Per sequence by split, not narrow (see qkv_heads).
@@ -378,9 +389,16 @@ at::Tensor policy_model::forward(const at::Tensor& tokens, const std::vector<int
         auto count = lengths[s];
         if (count == 0)
           continue;
-        auto bias = count > 1 ? bias_for(count) : at::Tensor{};
-        outs.push_back(detail::attend(qs[s].view({count, kv_heads, group, d}), ks[s].permute({1, 0, 2}),
-                                      vs[s].permute({1, 0, 2}), 0, scale, bias));
+        auto k_rows = ks[s], v_rows = vs[s];
+        int64_t past = 0;
+        if (auto p = parent_of(s); p >= 0) {  // the parent's keys and values first
+          past = lengths[static_cast<size_t>(p)];
+          k_rows = at::cat({ks[static_cast<size_t>(p)], k_rows}, 0);
+          v_rows = at::cat({vs[static_cast<size_t>(p)], v_rows}, 0);
+        }
+        auto bias = count > 1 || past > 0 ? bias_for(count, past) : at::Tensor{};
+        outs.push_back(detail::attend(qs[s].view({count, kv_heads, group, d}), k_rows.permute({1, 0, 2}),
+                                      v_rows.permute({1, 0, 2}), past, scale, bias));
       }
       attended = at::cat(outs, 0);
     }

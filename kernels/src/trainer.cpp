@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <numeric>
 
 #include <ATen/core/grad_mode.h>  // at::NoGradGuard (LibTorch 2.x's ATen.h no longer brings it)
@@ -100,16 +101,47 @@ std::vector<std::vector<size_t>> trainer::plan(const std::vector<sequence_ref>& 
 
 at::Tensor trainer::micro_batch_logprobs(policy_model& model, const std::vector<sequence_ref>& seqs,
                                          const std::vector<size_t>& members, int64_t* computed_tokens) {
-  // Packed: sequences back to back. Padded: each extended with token 0 to the
-  // micro-batch's longest, so that padding costs what it costs.
+  // Packed: sequences back to back; a prompt that several members share (a
+  // group's samples) once, each member's response after it as a sequence that
+  // continues it (policy_model::forward's parents). Padded: each extended with
+  // token 0 to the micro-batch's longest, so that padding costs what it costs.
   int64_t longest = 0;
   for (auto i : members)
     longest = std::max<int64_t>(longest, static_cast<int64_t>(seqs[i].prompt->size() + seqs[i].response->size()));
-  std::vector<int64_t> tokens, cu{0}, rows, targets;
+  bool share = config_.packed && config_.share_prompts;
+  std::map<std::vector<int32_t>, int64_t> sharers;  // prompt -> members with it; then -> its sequence's index
+  auto can_share = [&](size_t i) { return share && !seqs[i].prompt->empty() && !seqs[i].response->empty(); };
+  for (auto i : members)
+    if (can_share(i))
+      sharers[*seqs[i].prompt]++;
+  std::vector<int64_t> tokens, cu{0}, parents, rows, targets;
   for (auto i : members) {
     auto& p = *seqs[i].prompt;
     auto& r = *seqs[i].response;
     auto start = cu.back();
+    auto shared = can_share(i) ? sharers.find(p) : sharers.end();
+    if (shared != sharers.end() && (shared->second > 1 || shared->second < 0)) {
+      if (shared->second > 1) {  // the prompt's first member: the prompt as a sequence of its own
+        tokens.insert(tokens.end(), p.begin(), p.end());
+        cu.push_back(start + static_cast<int64_t>(p.size()));
+        parents.push_back(-1);
+        shared->second = -static_cast<int64_t>(parents.size());  // -(index + 1)
+        start = cu.back();
+      }
+      auto prompt_seq = static_cast<size_t>(-shared->second - 1);
+      // Response token 0 is predicted by the prompt's last row, token j by this
+      // sequence's row j - 1; its last token predicts nothing and is left out.
+      rows.push_back(cu[prompt_seq + 1] - 1);
+      targets.push_back(r[0]);
+      for (size_t j = 1; j < r.size(); ++j) {
+        rows.push_back(start + static_cast<int64_t>(j) - 1);
+        targets.push_back(r[j]);
+      }
+      tokens.insert(tokens.end(), r.begin(), r.end() - 1);
+      cu.push_back(start + static_cast<int64_t>(r.size()) - 1);
+      parents.push_back(static_cast<int64_t>(prompt_seq));
+      continue;
+    }
     tokens.insert(tokens.end(), p.begin(), p.end());
     tokens.insert(tokens.end(), r.begin(), r.end());
     // Response token j is predicted by the hidden state at position |prompt| - 1 + j.
@@ -122,10 +154,12 @@ at::Tensor trainer::micro_batch_logprobs(policy_model& model, const std::vector<
       for (; length < longest; ++length)
         tokens.push_back(0);
     cu.push_back(start + length);
+    parents.push_back(-1);
   }
   *computed_tokens += cu.back();
+  bool any_parent = std::any_of(parents.begin(), parents.end(), [](int64_t p) { return p >= 0; });
   auto device = model.flat().device();
-  auto hidden = model.forward(at::tensor(tokens).to(device), cu);
+  auto hidden = model.forward(at::tensor(tokens).to(device), cu, any_parent ? parents : std::vector<int64_t>{});
   auto selected = hidden.index_select(0, at::tensor(rows).to(device));
   return chunked_token_logprobs(selected, model.output_weight(), at::tensor(targets).to(device), config_.temperature,
                                 config_.logprob_chunk_elements, model.compute_dtype());

@@ -45,8 +45,10 @@ bool attention_applies(const at::Tensor& qkv, int64_t head_dim);
 /// (q and k already rotated), scaled by 1 / sqrt(head_dim): [T, heads * head_dim].
 /// Each query sees only the keys up to its own position; the backward
 /// recomputes the probabilities from each query's saved log-sum-exp and
-/// returns the gradient of the fused rows in one tensor.
+/// returns the gradient of the fused rows in one tensor. `parents` (empty, or
+/// one per sequence): a sequence whose parent p is not -1 continues sequence p
+/// (its queries see all of p's keys before their own; cpu::causal_attention_args).
 at::Tensor causal_attention(const at::Tensor& qkv, const std::vector<int64_t>& cu_seqlens, int64_t heads,
-                            int64_t kv_heads, int64_t head_dim);
+                            int64_t kv_heads, int64_t head_dim, const std::vector<int64_t>& parents = {});
 
 }  // namespace areal::kernels::fused

@@ -64,7 +64,12 @@ class policy_model {
 
   /// Final hidden states [T, hidden] of packed whole sequences: tokens [T] (int64),
   /// sequence i spans [cu_seqlens[i], cu_seqlens[i+1]). Differentiable.
-  at::Tensor forward(const at::Tensor& tokens, const std::vector<int64_t>& cu_seqlens) const;
+  /// `parents` (empty, or one per sequence): a sequence whose parent p is not -1
+  /// continues sequence p, an earlier one that continues none: its tokens take
+  /// the positions after p's and attend to p's (the samples of a group packed
+  /// after their prompt, computed once).
+  at::Tensor forward(const at::Tensor& tokens, const std::vector<int64_t>& cu_seqlens,
+                     const std::vector<int64_t>& parents = {}) const;
   /// Final hidden states [T, hidden] of the step's new tokens; appends their keys
   /// and values to the cache. Not differentiable (generation only).
   at::Tensor forward_cached(kv_cache& cache, const step_input& input) const;

@@ -56,6 +56,11 @@ struct trainer_config {
   int64_t ppo_minibatches = 1;
   int64_t max_tokens_per_mb = 4096;
   bool packed = true;               // false: fixed-size padded micro-batches (the ablation)
+  /// Packed micro-batches compute a prompt that several of their samples share
+  /// (a group's) once, each response attending to it (policy_model::forward's
+  /// parents): the same log-probabilities and gradient up to rounding. false:
+  /// every sample's prompt computed with it (the comparison).
+  bool share_prompts = true;
   int64_t padded_mb_sequences = 8;  // sequences per padded micro-batch
   double temperature = 1.0;         // as used when sampling
   int64_t logprob_chunk_elements = int64_t{1} << 26;
