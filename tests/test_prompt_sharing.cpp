@@ -71,7 +71,7 @@ TEST_CASE("a group's prompt computed once gives the log-probs and gradient of ea
         model.init_random(41, 0.2);
         trainer_config whole;
         whole.share_prompts = false;
-        whole.data_parallel = threads;  // two threads: micro-batches that split the groups
+        whole.data_parallel = threads;  // two threads: two micro-batches or more
         auto once = whole;
         once.share_prompts = true;
 
@@ -94,11 +94,10 @@ TEST_CASE("a group's prompt computed once gives the log-probs and gradient of ea
         CHECK(stats.ppo.tokens == plain_stats.ppo.tokens);
         // The prompts were computed once per micro-batch: fewer tokens than whole.
         CHECK(stats.computed_tokens < plain_stats.computed_tokens);
-        if (threads == 1) {
-          // One micro-batch: each group's prompt once (12 samples in 3 groups of 4: 9 prompts fewer of
-          // 3, 7 and 11 tokens, 3 of each), and no response's last token (12 tokens).
-          CHECK(plain_stats.computed_tokens - stats.computed_tokens == 3 * (3 + 7 + 11) + 12);
-        }
+        // Each group's prompt once (12 samples in 3 groups of 4: 9 prompts fewer of 3, 7 and 11 tokens, 3 of
+        // each), and no response's last token (12 tokens): on two threads too, a group packed whole into
+        // one micro-batch.
+        CHECK(plain_stats.computed_tokens - stats.computed_tokens == 3 * (3 + 7 + 11) + 12);
         model.flat_grad().zero_();
       }
   fused::set_enabled(true);

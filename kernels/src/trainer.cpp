@@ -87,16 +87,53 @@ double trainer::learning_rate() const {
 
 std::vector<std::vector<size_t>> trainer::plan(const std::vector<sequence_ref>& seqs,
                                                const std::vector<size_t>& members, size_t min_micro_batches) const {
-  std::vector<int64_t> lengths;
-  for (auto i : members)
-    lengths.push_back(static_cast<int64_t>(seqs[i].prompt->size() + seqs[i].response->size()));
   min_micro_batches = std::max<size_t>(1, std::min(min_micro_batches, members.size()));
-  auto local = config_.packed ? pack_first_fit_decreasing(lengths, config_.max_tokens_per_mb, min_micro_batches)
-                              : pack_fixed(members.size(), static_cast<size_t>(config_.padded_mb_sequences));
-  for (auto& mb : local)
-    for (auto& i : mb)
-      i = members[i];
-  return local;
+  if (!config_.packed) {
+    auto local = pack_fixed(members.size(), static_cast<size_t>(config_.padded_mb_sequences));
+    for (auto& mb : local)
+      for (auto& i : mb)
+        i = members[i];
+    return local;
+  }
+  // Units packed whole: a sample, or with shared prompts the samples of one prompt (a group), so that
+  // its prompt is computed once in the step, not once in each micro-batch it would be spread over; its
+  // tokens as micro_batch_logprobs computes them. A group longer than a micro-batch, or fewer groups than
+  // micro-batches wanted, and the samples are packed one by one.
+  std::vector<std::vector<size_t>> units;
+  std::vector<int64_t> lengths;
+  auto whole = [&](size_t i) { return static_cast<int64_t>(seqs[i].prompt->size() + seqs[i].response->size()); };
+  if (config_.share_prompts) {
+    std::map<std::vector<int32_t>, size_t> unit_of;
+    for (auto i : members) {
+      auto [at, fresh] = unit_of.try_emplace(*seqs[i].prompt, units.size());
+      if (fresh) {
+        units.emplace_back();
+        lengths.push_back(static_cast<int64_t>(seqs[i].prompt->size()));
+      }
+      units[at->second].push_back(i);
+      lengths[at->second] += static_cast<int64_t>(seqs[i].response->size()) - 1;
+    }
+    for (size_t u = 0; u < units.size(); ++u)
+      if (units[u].size() == 1)
+        lengths[u] = whole(units[u][0]);
+    bool fits = std::all_of(lengths.begin(), lengths.end(), [&](int64_t n) { return n <= config_.max_tokens_per_mb; });
+    if (!fits || units.size() < min_micro_batches) {
+      units.clear();
+      lengths.clear();
+    }
+  }
+  if (units.empty())
+    for (auto i : members) {
+      units.push_back({i});
+      lengths.push_back(whole(i));
+    }
+  std::vector<std::vector<size_t>> planned;
+  for (auto& mb : pack_first_fit_decreasing(lengths, config_.max_tokens_per_mb, min_micro_batches)) {
+    planned.emplace_back();
+    for (auto u : mb)
+      planned.back().insert(planned.back().end(), units[u].begin(), units[u].end());
+  }
+  return planned;
 }
 
 at::Tensor trainer::micro_batch_logprobs(policy_model& model, const std::vector<sequence_ref>& seqs,
