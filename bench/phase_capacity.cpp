@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <iomanip>
+#include <map>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -73,8 +74,10 @@ struct generation_side {
 };
 
 // The trainer the job runs on `replicas` cores (one data-parallel replica per
-// thread), with a representative batch of the engine's trajectories (outputs
-// in random order: the first to finish are the shortest).
+// thread), with a representative batch of the engine's trajectories: whole
+// groups (group_size samples of one prompt), as the job's batches are (its
+// trainer computes a group's prompt once), chosen in random order (the first
+// to finish are the shortest).
 struct training_side {
   kernels::policy_model model;
   kernels::trainer trainer;
@@ -84,14 +87,20 @@ struct training_side {
                 std::vector<kernels::generation_output> outputs, int64_t batch_size)
       : model(kernels::policy_model::load(model_dir.string())), trainer(model, trainer_config(c, replicas)) {
     std::mt19937 rng{3};
-    std::shuffle(outputs.begin(), outputs.end(), rng);
-    for (auto& out : outputs) {
-      if (out.tokens.empty())
-        continue;
-      batch.push_back(training_sample(out, rng));
-      if (static_cast<int64_t>(batch.size()) == batch_size)
-        break;
-    }
+    auto group_size = static_cast<uint64_t>(std::max<int64_t>(1, c.rl.group_size));
+    std::map<uint64_t, std::vector<const kernels::generation_output*>> groups;  // generation_side's ids
+    for (auto& out : outputs)
+      if (!out.tokens.empty())
+        groups[out.id / group_size].push_back(&out);
+    std::vector<std::vector<const kernels::generation_output*>> whole;
+    for (auto& [id, members] : groups)
+      if (members.size() == group_size)
+        whole.push_back(members);
+    std::shuffle(whole.begin(), whole.end(), rng);
+    for (auto& members : whole)
+      for (auto* out : members)
+        if (static_cast<int64_t>(batch.size()) < batch_size)
+          batch.push_back(training_sample(*out, rng));
   }
   static kernels::trainer_config trainer_config(const run_config& c, int replicas) {
     auto tc = rl_trainer_config(c);
