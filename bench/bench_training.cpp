@@ -86,36 +86,9 @@ double train_rate(policy_model& model, const trainer_config& tc, const std::vect
   return rate;
 }
 
-// A PPO batch of `count` sequences (prompt `prompt`, response `response`
-// tokens) whose behaviour log-probabilities are the model's own, and
-// advantages of both signs, as the trainer receives them.
-std::vector<rl_sample> make_rl_batch(trainer& t, int count, int64_t prompt, int64_t response, uint32_t seed) {
-  std::mt19937 rng{seed};
-  std::vector<std::vector<int32_t>> prompts, responses;
-  for (int i = 0; i < count; ++i) {
-    std::vector<int32_t> p, r;
-    for (int64_t k = 0; k < prompt; ++k)
-      p.push_back(static_cast<int32_t>(rng() % vocab));
-    for (int64_t k = 0; k < response; ++k)
-      r.push_back(static_cast<int32_t>(rng() % vocab));
-    prompts.push_back(std::move(p));
-    responses.push_back(std::move(r));
-  }
-  auto behaviour = t.response_logprobs(prompts, responses);
-  std::vector<rl_sample> batch;
-  for (int i = 0; i < count; ++i) {
-    rl_sample s;
-    s.prompt = prompts[static_cast<size_t>(i)];
-    s.response = responses[static_cast<size_t>(i)];
-    s.behaviour_logprobs = behaviour[static_cast<size_t>(i)];
-    s.advantage = i % 2 ? 1.0 : -1.0;
-    batch.push_back(std::move(s));
-  }
-  return batch;
-}
-
-// As make_rl_batch, in `groups` groups of `group_size` samples that share one prompt (as the job's
-// GRPO groups do), each sample with a response of its own.
+// A PPO batch of `groups` groups of `group_size` samples that share one prompt (as the job's GRPO
+// groups do; prompt `prompt`, responses `response` tokens each), whose behaviour log-probabilities are
+// the model's own, and advantages of both signs, as the trainer receives them.
 std::vector<rl_sample> make_grouped_rl_batch(trainer& t, int groups, int group_size, int64_t prompt, int64_t response,
                                              uint32_t seed) {
   std::mt19937 rng{seed};
@@ -143,6 +116,11 @@ std::vector<rl_sample> make_grouped_rl_batch(trainer& t, int groups, int group_s
     batch.push_back(std::move(s));
   }
   return batch;
+}
+
+// A PPO batch of `count` sequences, each with a prompt of its own.
+std::vector<rl_sample> make_rl_batch(trainer& t, int count, int64_t prompt, int64_t response, uint32_t seed) {
+  return make_grouped_rl_batch(t, count, 1, prompt, response, seed);
 }
 
 }  // namespace

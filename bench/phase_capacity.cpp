@@ -188,10 +188,6 @@ capacity measure_together(const fs::path& model_dir, const workload& w, int gene
   return cap;
 }
 
-}  // namespace areal::bench
-
-namespace areal::bench {
-
 double best_mix(const std::vector<configuration>& configs, std::string& how) {
   double bound = 0;
   for (auto& a : configs)

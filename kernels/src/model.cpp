@@ -340,9 +340,9 @@ at::Tensor policy_model::forward(const at::Tensor& tokens, const std::vector<int
   if (!parents.empty())
     if (auto why = cpu::check_parents(cu_seqlens, parents); !why.empty())
       throw std::invalid_argument("forward: " + why);
-  auto length_of = [&](int64_t s) {
-    return cu_seqlens[static_cast<size_t>(s) + 1] - cu_seqlens[static_cast<size_t>(s)];
-  };
+  std::vector<int64_t> lengths;
+  for (size_t s = 0; s + 1 < cu_seqlens.size(); ++s)
+    lengths.push_back(cu_seqlens[s + 1] - cu_seqlens[s]);
   auto parent_of = [&](size_t s) { return parents.empty() ? int64_t{-1} : parents[s]; };
   compute_precision precision(compute_);
   auto d = config_.head_dim(), kv_heads = config_.num_key_value_heads;
@@ -351,8 +351,8 @@ at::Tensor policy_model::forward(const at::Tensor& tokens, const std::vector<int
   std::vector<int64_t> pos;
   pos.reserve(static_cast<size_t>(total));
   for (size_t s = 0; s + 1 < cu_seqlens.size(); ++s) {
-    auto start = parent_of(s) < 0 ? 0 : length_of(parent_of(s));  // a continuation's positions follow its parent's
-    for (int64_t p = 0; p < cu_seqlens[s + 1] - cu_seqlens[s]; ++p)
+    auto start = parent_of(s) < 0 ? 0 : lengths[static_cast<size_t>(parent_of(s))];  // after its parent's
+    for (int64_t p = 0; p < lengths[s]; ++p)
       pos.push_back(start + p);
   }
   if (!pos.empty() && *std::max_element(pos.begin(), pos.end()) >= config_.max_position_embeddings)
@@ -360,9 +360,6 @@ at::Tensor policy_model::forward(const at::Tensor& tokens, const std::vector<int
   auto positions = at::tensor(pos, at::TensorOptions().dtype(at::kLong)).to(flat_.device());
   auto angles = rotary_for(positions);
   auto x = embed_.index_select(0, tokens.to(flat_.device()));
-  std::vector<int64_t> lengths;
-  for (size_t s = 0; s + 1 < cu_seqlens.size(); ++s)
-    lengths.push_back(cu_seqlens[s + 1] - cu_seqlens[s]);
   std::map<std::pair<int64_t, int64_t>, at::Tensor> bias_of_shape;  // every layer masks the same shapes
   auto bias_for = [&](int64_t count, int64_t past) {
     auto& bias = bias_of_shape[{count, past}];

@@ -146,26 +146,31 @@ at::Tensor trainer::micro_batch_logprobs(policy_model& model, const std::vector<
   for (auto i : members)
     longest = std::max<int64_t>(longest, static_cast<int64_t>(seqs[i].prompt->size() + seqs[i].response->size()));
   bool share = config_.packed && config_.share_prompts;
-  std::map<std::vector<int32_t>, int64_t> sharers;  // prompt -> members with it; then -> its sequence's index
+  struct prompt_use {
+    int members = 0;        // members of this micro-batch with the prompt
+    int64_t sequence = -1;  // the prompt's own sequence, once packed
+  };
+  std::map<std::vector<int32_t>, prompt_use> sharers;
   auto can_share = [&](size_t i) { return share && !seqs[i].prompt->empty() && !seqs[i].response->empty(); };
   for (auto i : members)
     if (can_share(i))
-      sharers[*seqs[i].prompt]++;
+      sharers[*seqs[i].prompt].members++;
   std::vector<int64_t> tokens, cu{0}, parents, rows, targets;
   for (auto i : members) {
     auto& p = *seqs[i].prompt;
     auto& r = *seqs[i].response;
     auto start = cu.back();
     auto shared = can_share(i) ? sharers.find(p) : sharers.end();
-    if (shared != sharers.end() && (shared->second > 1 || shared->second < 0)) {
-      if (shared->second > 1) {  // the prompt's first member: the prompt as a sequence of its own
+    if (shared != sharers.end() && shared->second.members > 1) {
+      auto& use = shared->second;
+      if (use.sequence < 0) {  // the prompt's first member: the prompt as a sequence of its own
         tokens.insert(tokens.end(), p.begin(), p.end());
         cu.push_back(start + static_cast<int64_t>(p.size()));
+        use.sequence = static_cast<int64_t>(parents.size());
         parents.push_back(-1);
-        shared->second = -static_cast<int64_t>(parents.size());  // -(index + 1)
         start = cu.back();
       }
-      auto prompt_seq = static_cast<size_t>(-shared->second - 1);
+      auto prompt_seq = static_cast<size_t>(use.sequence);
       // Response token 0 is predicted by the prompt's last row, token j by this
       // sequence's row j - 1; its last token predicts nothing and is left out.
       rows.push_back(cu[prompt_seq + 1] - 1);
