@@ -1,6 +1,9 @@
 // The controller's bookkeeping: the staleness bound and group-complete batches.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <stdexcept>
 
 #include "areal/actors/admission.hpp"
@@ -187,4 +190,23 @@ TEST_CASE("groups older than the bound are dropped when a batch is formed") {
   CHECK(gate.capacity() == 0);
   gate.discard(stale);
   CHECK(gate.capacity() == 2);
+}
+
+TEST_CASE("a step's metrics line is written at once and made durable when the controller syncs") {
+  auto path = std::filesystem::temp_directory_path() / ("areal-metrics-" + std::to_string(::getpid()) + ".jsonl");
+  std::filesystem::remove(path);
+  {
+    run_metrics metrics(path.string(), nullptr, 0.0, false);
+    auto before = metrics.bytes();
+    metrics.step(batch_facts{}, train_report{}, step_counters{});
+    CHECK(metrics.bytes() > before);  // the line is in the file
+    CHECK_FALSE(metrics.durable());   // not yet synced: the next step is dispatched first
+    metrics.sync();
+    CHECK(metrics.durable());
+    CHECK(metrics.failure().empty());
+    metrics.step(batch_facts{}, train_report{}, step_counters{});
+    metrics.end("done", step_counters{}, {}, {});  // the run's last line syncs every line
+    CHECK(metrics.durable());
+  }
+  std::filesystem::remove(path);
 }

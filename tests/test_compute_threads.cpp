@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <future>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -206,4 +207,47 @@ TEST_CASE("a training pass on several replicas gives the calling thread its intr
   CHECK(stats.micro_batches > 1);
   CHECK(at::get_num_threads() == 2);
   areal::kernels::set_compute_threads(1);
+}
+
+TEST_CASE("the trainer between steps still counts as busy for the share's linger") {
+  using std::chrono::milliseconds;
+  auto never = milliseconds(600'000);  // a linger that does not pass during the test
+  SUBCASE("a step of the engine then is no team, and the trainer's next step starts beside it") {
+    areal::compute_share share(2, true, 2, never);
+    bool engine_busy = false, trainer_busy = false;
+    share.set_busy(engine_busy, true);
+    share.set_busy(trainer_busy, true);
+    share.set_between_steps(trainer_busy);
+    CHECK_FALSE(trainer_busy);
+    int threads = share.begin_step();
+    CHECK(threads == 1);
+    auto next_step = std::async(std::launch::async, [&] { share.set_busy(trainer_busy, true); });
+    CHECK(next_step.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+    share.end_step(threads);
+    next_step.get();
+    // Busy again, its linger is over: once it stops for good the engine gets every thread.
+    share.set_busy(trainer_busy, false);
+    CHECK(share.threads_now() == 2);
+    share.set_busy(engine_busy, false);
+  }
+  SUBCASE("another actor that starts computing does not end the trainer's linger") {
+    areal::compute_share share(4, true, 2, never);
+    bool engine_busy = false, trainer_busy = false;
+    share.set_busy(engine_busy, true);
+    share.set_busy(trainer_busy, true);
+    share.set_between_steps(trainer_busy);
+    share.set_busy(engine_busy, false);
+    share.set_busy(engine_busy, true);
+    CHECK(share.threads_now() == 2);  // the engine's half, not every thread
+    share.set_busy(engine_busy, false);
+  }
+  SUBCASE("no linger (a synchronous run): stopping between steps is stopping") {
+    areal::compute_share share(4, true, 2);
+    bool engine_busy = false, trainer_busy = false;
+    share.set_busy(engine_busy, true);
+    share.set_busy(trainer_busy, true);
+    share.set_between_steps(trainer_busy);
+    CHECK(share.threads_now() == 4);
+    share.set_busy(engine_busy, false);
+  }
 }

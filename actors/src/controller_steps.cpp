@@ -290,6 +290,10 @@ void on_trained(controller_pointer self, const train_report& report, const batch
   else
     try_train(self);
   fill(self);
+  // The step's metrics line made durable with the next step on its way.
+  st.metrics->sync();
+  if (!st.metrics->failure().empty())
+    end_run(self, 1, st.metrics->failure() + "; the run stops here");
 }
 
 }  // namespace

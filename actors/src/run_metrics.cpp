@@ -83,8 +83,20 @@ void run_metrics::write(const std::string& line, bool sync) {
     return;
   try {
     file_.append(line + "\n");
+    unsynced_ = !sync;
     if (sync)
       file_.sync();
+  } catch (const file_error& e) {
+    failure_ = e.what();
+  }
+}
+
+void run_metrics::sync() {
+  if (!unsynced_ || !file_.is_open() || !failure_.empty())
+    return;
+  unsynced_ = false;
+  try {
+    file_.sync();
   } catch (const file_error& e) {
     failure_ = e.what();
   }
@@ -148,7 +160,7 @@ void run_metrics::step(const batch_facts& b, const train_report& report, const s
   line["dropped"] = c.dropped;
   line["running"] = c.running;
   line["buffered"] = c.buffered;
-  write(line.dump(), true);
+  write(line.dump(), false);
   window_start_ = now;
   window_generated_ = 0;
 }

@@ -160,7 +160,7 @@ caf::result<train_report> train(trainer_pointer self, const std::vector<trajecto
     return caf::make_error(caf::sec::runtime_error, std::string{"trainer: "} + e.what());
   }
   if (st.setup.share)
-    st.setup.share->set_busy(st.busy, false);
+    st.setup.share->set_between_steps(st.busy);  // its next batch is usually on its way
   st.trainer->set_policy_version(st.trainer->policy_version() + 1);
   st.snapshot.reset();
   report.version = st.trainer->policy_version();
