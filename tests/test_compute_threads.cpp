@@ -209,15 +209,24 @@ TEST_CASE("a training pass on several replicas gives the calling thread its intr
   areal::kernels::set_compute_threads(1);
 }
 
+namespace {
+
+// The engine and the trainer busy together; then the trainer's step ends.
+void step_beside_engine(areal::compute_share& share, bool& engine_busy, bool& trainer_busy) {
+  share.set_busy(engine_busy, true);
+  share.set_busy(trainer_busy, true);
+  share.set_between_steps(trainer_busy);
+}
+
+}  // namespace
+
 TEST_CASE("the trainer between steps still counts as busy for the share's linger") {
   using std::chrono::milliseconds;
   auto never = milliseconds(600'000);  // a linger that does not pass during the test
   SUBCASE("a step of the engine then is no team, and the trainer's next step starts beside it") {
     areal::compute_share share(2, true, 2, never);
     bool engine_busy = false, trainer_busy = false;
-    share.set_busy(engine_busy, true);
-    share.set_busy(trainer_busy, true);
-    share.set_between_steps(trainer_busy);
+    step_beside_engine(share, engine_busy, trainer_busy);
     CHECK_FALSE(trainer_busy);
     int threads = share.begin_step();
     CHECK(threads == 1);
@@ -233,9 +242,7 @@ TEST_CASE("the trainer between steps still counts as busy for the share's linger
   SUBCASE("another actor that starts computing does not end the trainer's linger") {
     areal::compute_share share(4, true, 2, never);
     bool engine_busy = false, trainer_busy = false;
-    share.set_busy(engine_busy, true);
-    share.set_busy(trainer_busy, true);
-    share.set_between_steps(trainer_busy);
+    step_beside_engine(share, engine_busy, trainer_busy);
     share.set_busy(engine_busy, false);
     share.set_busy(engine_busy, true);
     CHECK(share.threads_now() == 2);  // the engine's half, not every thread
@@ -244,9 +251,7 @@ TEST_CASE("the trainer between steps still counts as busy for the share's linger
   SUBCASE("no linger (a synchronous run): stopping between steps is stopping") {
     areal::compute_share share(4, true, 2);
     bool engine_busy = false, trainer_busy = false;
-    share.set_busy(engine_busy, true);
-    share.set_busy(trainer_busy, true);
-    share.set_between_steps(trainer_busy);
+    step_beside_engine(share, engine_busy, trainer_busy);
     CHECK(share.threads_now() == 4);
     share.set_busy(engine_busy, false);
   }

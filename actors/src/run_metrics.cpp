@@ -83,12 +83,13 @@ void run_metrics::write(const std::string& line, bool sync) {
     return;
   try {
     file_.append(line + "\n");
-    unsynced_ = !sync;
-    if (sync)
-      file_.sync();
   } catch (const file_error& e) {
     failure_ = e.what();
+    return;
   }
+  unsynced_ = true;
+  if (sync)
+    this->sync();
 }
 
 void run_metrics::sync() {

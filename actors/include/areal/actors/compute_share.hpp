@@ -91,8 +91,8 @@ class compute_share {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       lingerer_ = &holder;
+      linger_until_ns_ = now_ns() + std::chrono::duration_cast<std::chrono::nanoseconds>(linger_).count();
     }
-    linger_until_ns_ = now_ns() + std::chrono::duration_cast<std::chrono::nanoseconds>(linger_).count();
     set_busy(holder, false);
   }
 
