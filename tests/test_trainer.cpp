@@ -242,12 +242,31 @@ TEST_CASE("first-fit decreasing packing keeps the budget and places every sequen
   }
   CHECK_THROWS_WITH_AS(pack_first_fit_decreasing({10, 600}, 512), doctest::Contains("exceeds max_tokens_per_mb = 512"),
                        std::invalid_argument);
-  // The rule itself: longest first; a new batch only when nothing fits; else the emptiest fitting batch.
+  // The rule itself: longest first; a new batch only when nothing fits; else the fitting batch with the
+  // fewest tokens.
   auto b = pack_first_fit_decreasing({5, 9, 4, 6}, 10);
   REQUIRE(b.size() == 3);
-  CHECK(b[0] == std::vector<size_t>{1});     // 9
-  CHECK(b[1] == std::vector<size_t>{3, 2});  // 6, then 4 (fits only here? 9+4 > 10, 6+4 = 10)
-  CHECK(b[2] == std::vector<size_t>{0});     // 5 fits nowhere
+  CHECK(b[0] == std::vector<size_t>{1});  // 9
+  CHECK(b[1] == std::vector<size_t>{3});  // 6 fits nowhere
+  CHECK(b[2] == std::vector<size_t>{0, 2});  // 5 fits nowhere; 4 fits beside 6 and beside 5: the lighter
+}
+
+TEST_CASE("micro-batches for replicas come out balanced in tokens") {
+  // The replicas compute their micro-batches in lockstep: the heaviest sets the pass's time. Eight groups
+  // into two micro-batches; placed by the fewest sequences, the first would get the longer of every
+  // sorted pair (100 + 80 + 60 + 40 = 280 against 240).
+  std::vector<int64_t> lengths{60, 100, 30, 80, 50, 90, 40, 70};
+  auto b = pack_first_fit_decreasing(lengths, 4096, 2);
+  REQUIRE(b.size() == 2);
+  std::vector<int64_t> tokens;
+  for (auto& mb : b) {
+    int64_t used = 0;
+    for (auto i : mb)
+      used += lengths[i];
+    tokens.push_back(used);
+  }
+  CHECK(tokens[0] + tokens[1] == 520);
+  CHECK(std::max(tokens[0], tokens[1]) - std::min(tokens[0], tokens[1]) <= 30);  // at most the shortest unit
 }
 
 TEST_CASE("packed micro-batches give the same log-probs as sequences alone and the same gradient as one batch") {

@@ -11,7 +11,8 @@ namespace areal::kernels {
 
 /// Sort by length, longest first; open a new micro-batch while there are fewer
 /// than `min_micro_batches` or the sequence fits in none; otherwise put it into
-/// the fitting micro-batch holding the fewest sequences. Returns indices into
+/// the fitting micro-batch holding the fewest tokens (longest processing time
+/// first: the micro-batches come out balanced in tokens). Returns indices into
 /// `lengths` per micro-batch. Throws std::invalid_argument for a sequence longer
 /// than `max_tokens` (it cannot be placed: raise max_tokens_per_mb or cut it).
 std::vector<std::vector<size_t>> pack_first_fit_decreasing(const std::vector<int64_t>& lengths, int64_t max_tokens,
