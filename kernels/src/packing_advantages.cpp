@@ -24,7 +24,7 @@ std::vector<std::vector<size_t>> pack_first_fit_decreasing(const std::vector<int
                                   std::to_string(max_tokens) + "; raise max_tokens_per_mb or shorten the sequence");
     // The fitting micro-batch with the fewest tokens: the replicas compute micro-batches in lockstep, and
     // their tokens are their cost. (Placing by the fewest sequences, as before, gave the first micro-batch
-    // the longer of every pair in the sorted order: the demo's two replicas waited for each other 0.125
+    // the longer of every pair in the sorted order: the demo's two replicas waited for each other 0.12-0.13
     // of their time in a synchronous run.)
     size_t best = batches.size();
     if (batches.size() >= min_micro_batches)
