@@ -246,8 +246,8 @@ TEST_CASE("first-fit decreasing packing keeps the budget and places every sequen
   // fewest tokens.
   auto b = pack_first_fit_decreasing({5, 9, 4, 6}, 10);
   REQUIRE(b.size() == 3);
-  CHECK(b[0] == std::vector<size_t>{1});  // 9
-  CHECK(b[1] == std::vector<size_t>{3});  // 6 fits nowhere
+  CHECK(b[0] == std::vector<size_t>{1});     // 9
+  CHECK(b[1] == std::vector<size_t>{3});     // 6 fits nowhere
   CHECK(b[2] == std::vector<size_t>{0, 2});  // 5 fits nowhere; 4 fits beside 6 and beside 5: the lighter
 }
 

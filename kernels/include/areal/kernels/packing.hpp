@@ -1,7 +1,7 @@
 // Dynamic micro-batching: sequences of very different lengths packed, without
-// padding, into micro-batches under a token budget (first-fit decreasing, the
-// reference system's rule), and the fixed-size padded alternative it is
-// measured against.
+// padding, into micro-batches under a token budget (longest first, as the
+// reference system's first-fit decreasing, each into the lightest micro-batch
+// it fits), and the fixed-size padded alternative it is measured against.
 #pragma once
 
 #include <cstdint>
