@@ -98,12 +98,17 @@ TEST_CASE("a group reads its prompt from the pool, prefilled once, and gets what
   auto shared = run(model, sharing(4, 16, 128), jobs, {}, &with);
   auto alone = run(model, {4, 200, 16}, jobs, {}, &without);
   check_same(shared, alone);
-  // Alone: every member prefills its 40 prompt tokens. Shared: 39 of them once, in
-  // the pool; each member feeds only the last prompt token, as a decode.
+  // Alone: every member prefills its 40 prompt tokens. Shared: all 40 once, in
+  // the pool, whose last row's logits give every member its first token.
   CHECK(without.prefill_tokens == 6 * 40 + 9 + 20);
-  CHECK(with.prefill_tokens == 39 + 9 + 20);
-  CHECK(with.shared_prompt_tokens == 6 * 39);
+  CHECK(with.prefill_tokens == 40 + 9 + 20);
+  CHECK(with.shared_prompt_tokens == 6 * 40);
   CHECK(without.shared_prompt_tokens == 0);
+  CHECK(with.pool_first_tokens == 6);
+  CHECK(without.pool_first_tokens == 0);
+  // Rows the forward passes computed (prompt rows, and a row per sampled token
+  // fed back): exactly five prompts fewer, no row per member for the prompt's end.
+  CHECK(with.prefill_tokens + with.decode_rows == without.prefill_tokens + without.decode_rows - 5 * 40);
 }
 
 TEST_CASE("members that arrive after the first one started make the entry from its rows, without computing") {
@@ -123,11 +128,13 @@ TEST_CASE("members that arrive after the first one started make the entry from i
   }
   auto alone = run(model, {8, 200, 256}, jobs);
   check_same(shared, alone);
-  // The first member prefills its 40 tokens alone; the second copies 39 of them
-  // into the pool; all later members read them there.
+  // The first member prefills its 40 tokens alone; the second copies them into
+  // the pool; all later members read them there. The copy keeps no logits: each
+  // member reads 39 rows and computes the prompt's last one itself.
   CHECK(engine.counters().prefill_tokens == 40 + 9 + 20);
-  CHECK(engine.counters().pool_copied_tokens == 39);
+  CHECK(engine.counters().pool_copied_tokens == 40);
   CHECK(engine.counters().shared_prompt_tokens == 4 * 39);
+  CHECK(engine.counters().pool_first_tokens == 0);
 }
 
 TEST_CASE("after an interruption the group re-prefills its prompt once, with the new weights") {
@@ -146,9 +153,9 @@ TEST_CASE("after an interruption the group re-prefills its prompt once, with the
   check_same(shared, alone);
   CHECK(with.interruptions == 1);
   CHECK(without.interruptions == 1);
-  // Alone, every in-flight member recomputes its whole context; shared, the 29 pool
+  // Alone, every in-flight member recomputes its whole context; shared, the 30 pool
   // tokens are recomputed once and each member recomputes only its own tokens.
-  CHECK(with.reprefill_tokens + 3 * 29 <= without.reprefill_tokens);
+  CHECK(with.reprefill_tokens + 3 * 30 <= without.reprefill_tokens);
   CHECK(with.reprefill_tokens > 0);
 }
 
@@ -167,13 +174,13 @@ TEST_CASE("the next turn of a conversation copies the pool rows of the turn befo
     engine.submit(j);
   auto a = engine.run_to_completion();
   auto prefill_before = engine.counters().prefill_tokens;
-  CHECK(prefill_before == 29);
+  CHECK(prefill_before == 30);
   for (auto& j : turn2)
     engine.submit(j);
   auto b = engine.run_to_completion();
   REQUIRE(b.size() == 1);
-  // The 29 tokens of turn 1's entry are copied; 41 - 29 = 12 are computed.
-  CHECK(engine.counters().pool_copied_tokens == 29);
+  // The 30 tokens of turn 1's entry are copied; 42 - 30 = 12 are computed.
+  CHECK(engine.counters().pool_copied_tokens == 30);
   CHECK(engine.counters().prefill_tokens - prefill_before == 12);
 
   auto alone = run(model, {4, 200, 64}, turn2);
@@ -187,7 +194,7 @@ TEST_CASE("a pool too small for the prompt, or full of prompts in use, leaves se
   auto jobs = workload(40, 3);
   auto alone = run(model, {4, 200, 16}, jobs);
   engine_counters tiny{};
-  auto shared = run(model, sharing(4, 16, 20), jobs, {}, &tiny);  // 39 rows do not fit in 20
+  auto shared = run(model, sharing(4, 16, 20), jobs, {}, &tiny);  // 40 rows do not fit in 20
   check_same(shared, alone);
   CHECK(tiny.shared_prompt_tokens == 0);
 
@@ -201,8 +208,8 @@ TEST_CASE("a pool too small for the prompt, or full of prompts in use, leaves se
   auto shared2 = run(model, sharing(6, 256, 50), two_groups, {}, &full);
   auto alone2 = run(model, {6, 200, 256}, two_groups);
   check_same(shared2, alone2);
-  CHECK(full.shared_prompt_tokens == 3 * 39);
-  CHECK(full.prefill_tokens == 39 + 3 * 40);
+  CHECK(full.shared_prompt_tokens == 3 * 40);
+  CHECK(full.prefill_tokens == 40 + 3 * 40);
 }
 
 TEST_CASE("shared prompts on the ATen path (a float64 model) give what each member gets alone") {
@@ -213,5 +220,6 @@ TEST_CASE("shared prompts on the ATen path (a float64 model) give what each memb
   auto shared = run(model, sharing(3, 8, 64), jobs, {}, &with);
   auto alone = run(model, {3, 200, 8}, jobs);
   check_same(shared, alone);
-  CHECK(with.shared_prompt_tokens == 4 * 23);
+  CHECK(with.shared_prompt_tokens == 4 * 24);
+  CHECK(with.pool_first_tokens == 4);
 }

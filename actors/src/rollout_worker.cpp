@@ -65,9 +65,10 @@ struct rollout_state {
     auto& c = engine->counters();
     spdlog::info(
         "rollout {}: {} steps, {} tokens sampled; prompt tokens computed {} (prefill) + {} (re-prefill after "
-        "{} interruptions); {} prompt tokens read from the shared prompt pool, {} copied into it",
+        "{} interruptions); {} prompt tokens read from the shared prompt pool, {} copied into it; {} first tokens "
+        "sampled from a pool entry's logits",
         setup.name, c.steps, c.decode_tokens, c.prefill_tokens, c.reprefill_tokens, c.interruptions,
-        c.shared_prompt_tokens, c.pool_copied_tokens);
+        c.shared_prompt_tokens, c.pool_copied_tokens, c.pool_first_tokens);
   }
   std::map<uint64_t, pending> in_flight;  // by engine job id
   uint64_t next_job = 0;

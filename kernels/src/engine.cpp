@@ -166,12 +166,16 @@ std::vector<generation_output> generation_engine::step() {
   // one token per decoding sequence and prompt chunks for the others, oldest first.
   step_input input;
   std::vector<int64_t> fill_tokens;
+  // Pool entries whose last row this step computes, and that row's index in fill_tokens.
+  std::vector<std::pair<uint64_t, int64_t>> completed;
   int64_t budget = config_.prefill_chunk;
   for (auto& [id, p] : prefixes_) {
     if (p.ready() || p.users == 0 || budget == 0)
       continue;
     auto count = std::min(p.size() - p.filled, budget);
     input.fills.push_back({p.at, p.filled, count});
+    if (p.filled + count == p.size())
+      completed.emplace_back(id, static_cast<int64_t>(fill_tokens.size()) + count - 1);
     counters_.prefill_attended_tokens += static_cast<uint64_t>(attended(p.filled, count));
     fill_tokens.insert(fill_tokens.end(), p.tokens.begin() + p.filled, p.tokens.begin() + p.filled + count);
     (p.for_reprefill ? counters_.reprefill_tokens : counters_.prefill_tokens) += static_cast<uint64_t>(count);
@@ -180,12 +184,17 @@ std::vector<generation_output> generation_engine::step() {
   }
   std::vector<size_t> ready;        // sequences that consume their last pending token now
   std::vector<int64_t> ready_rows;  // row of that token in the step
+  std::vector<size_t> from_pool;    // sequences that sample their first token from their prompt's pool entry
   int64_t row = 0;
   for (size_t slot = 0; slot < active_.size(); ++slot) {
     auto& s = active_[slot];
     if (s.prefix != 0 && !prefixes_.at(s.prefix).ready())
       continue;  // its prompt is still being computed in the pool
     auto pending = s.total() - s.fed;
+    if (pending == 0) {  // the whole prompt is a pool entry's: its last row's logits give the first token
+      from_pool.push_back(slot);
+      continue;
+    }
     auto count = pending == 1 ? int64_t{1} : std::min(pending, budget);
     if (count <= 0)
       continue;
@@ -210,19 +219,46 @@ std::vector<generation_output> generation_engine::step() {
     }
   }
   input.tokens.insert(input.tokens.end(), fill_tokens.begin(), fill_tokens.end());
-  if (input.tokens.empty())
+  if (input.tokens.empty() && from_pool.empty())
     return finished;
   auto start = std::chrono::steady_clock::now();
-  auto hidden = model_.forward_cached(cache_, input);
-  counters_.steps++;
-  if (cache_.graphs) {
-    counters_.graph_replays = cache_.graphs->replays();
-    counters_.graph_captures = cache_.graphs->captures();
+  at::Tensor logits;
+  if (!input.tokens.empty()) {
+    at::NoGradGuard no_grad;
+    auto hidden = model_.forward_cached(cache_, input);
+    counters_.steps++;
+    if (cache_.graphs) {
+      counters_.graph_replays = cache_.graphs->replays();
+      counters_.graph_captures = cache_.graphs->captures();
+    }
+    auto rows = ready_rows;
+    for (auto& [id, at_fill] : completed)
+      rows.push_back(row + at_fill);
+    if (!rows.empty())
+      logits = model_.logits(hidden.index_select(0, at::tensor(rows, at::kLong).to(hidden.device())));
+    for (size_t i = 0; i < completed.size(); ++i) {  // kept for every member, now and later
+      auto& p = prefixes_.at(completed[i].first);
+      p.logits = logits[static_cast<int64_t>(ready.size() + i)].clone();
+    }
+    if (!completed.empty())
+      logits = logits.narrow(0, 0, static_cast<int64_t>(ready.size()));
+  }
+  if (!from_pool.empty()) {
+    std::vector<at::Tensor> rows;
+    if (!ready.empty())
+      rows.push_back(logits);
+    for (auto slot : from_pool) {
+      auto& p = prefixes_.at(active_[slot].prefix);
+      if (!p.logits.defined())
+        throw std::logic_error("engine: a sequence waits for a first token its pool entry does not keep");
+      rows.push_back(p.logits.unsqueeze(0));
+      ready.push_back(slot);
+      counters_.pool_first_tokens++;
+    }
+    logits = at::cat(rows);
   }
   if (!ready.empty()) {
     at::NoGradGuard no_grad;
-    auto rows = at::tensor(ready_rows, at::TensorOptions().dtype(at::kLong)).to(hidden.device());
-    auto logits = model_.logits(hidden.index_select(0, rows));
     // One draw per sequence from its own generator, so that a seed's tokens do
     // not depend on what else is in the batch.
     std::vector<sampled_token> picks(ready.size());
@@ -330,7 +366,7 @@ int64_t generation_engine::allocate_pool(int64_t rows) {
 
 void generation_engine::attach_prefix(size_t slot) {
   auto& s = active_[slot];
-  auto shared = static_cast<int64_t>(s.job.prompt.size()) - 1;  // the last prompt token is each sequence's own
+  auto shared = static_cast<int64_t>(s.job.prompt.size());
   if (config_.prompt_pool_tokens <= 0 || shared < config_.min_shared_prompt || shared > cache_.pool_tokens())
     return;
   auto begins_prompt = [&](const prompt_prefix& p) {
@@ -355,7 +391,7 @@ void generation_engine::attach_prefix(size_t slot) {
   for (size_t i = 0; chosen == 0 && !donor && i < active_.size(); ++i) {
     auto& o = active_[i];
     if (i != slot && o.prefix == 0 && o.fed >= shared && o.cache_weights == weight_generation_ &&
-        static_cast<int64_t>(o.job.prompt.size()) > shared &&
+        static_cast<int64_t>(o.job.prompt.size()) >= shared &&
         std::equal(o.job.prompt.begin(), o.job.prompt.begin() + shared, s.job.prompt.begin()))
       donor = i;
   }
@@ -388,12 +424,15 @@ void generation_engine::attach_prefix(size_t slot) {
     prefixes_.emplace(chosen, std::move(p));
   }
   auto& p = prefixes_.at(chosen);
+  // A member still to sample its first token computes the prompt's last row
+  // itself where the entry keeps no logits (its rows were copied).
+  auto read = s.out.tokens.empty() && !p.gives_logits() ? shared - 1 : shared;
   p.users++;
   p.last_used = counters_.steps;
   s.prefix = chosen;
-  s.fed = shared;
-  cache_.reset_slot(static_cast<int64_t>(slot), shared, p.at);
-  counters_.shared_prompt_tokens += static_cast<uint64_t>(shared);
+  s.fed = read;
+  cache_.reset_slot(static_cast<int64_t>(slot), read, p.at);
+  counters_.shared_prompt_tokens += static_cast<uint64_t>(read);
 }
 
 void generation_engine::release_prefix(sequence& s) {

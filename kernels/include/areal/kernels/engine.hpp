@@ -24,12 +24,14 @@
 // In the first two, tokens sampled after the swap carry the new version.
 //
 // Shared prompts (prompt_pool_tokens > 0): the n samples of a group have the
-// same prompt. The first of them to start creates a pool entry for the prompt
-// (all but its last token), prefilled once into the cache's prompt pool; every
-// member reads those keys and values from there and keeps only its own tokens
-// (from the prompt's last one on) in its slot: no copy of the shared part per
+// same prompt. The first of them to start creates a pool entry for the whole
+// prompt, prefilled once into the cache's prompt pool, which keeps the logits of
+// the prompt's last row: every member samples its first token from them (with
+// its own generator), reads the prompt's keys and values from the pool and keeps
+// only its own tokens in its slot: no copy and no row of the shared part per
 // member. A member that arrives after the first one already prefilled the
-// prompt in its own slot makes the entry from those rows (one copy, no compute). A prompt that extends an entry already
+// prompt in its own slot makes the entry from those rows (one copy, no compute;
+// no logits, so each member computes the prompt's last row itself). A prompt that extends an entry already
 // in the pool (the next turn of a conversation) gets a new entry whose first rows are copied from the old one and only
 // the rest computed. Entries outlive their users until the pool needs the room (least recently used first) or the
 // weights change; after a re-prefill the members share the recomputation too.
@@ -96,6 +98,7 @@ struct engine_counters {
   uint64_t reprefill_tokens = 0;      // tokens processed again after an interruption
   uint64_t shared_prompt_tokens = 0;  // prompt tokens sequences read from the pool instead of prefilling
   uint64_t pool_copied_tokens = 0;    // pool rows copied from an entry a prompt extends (not recomputed)
+  uint64_t pool_first_tokens = 0;     // first tokens sampled from logits a pool entry kept (no row computed)
   uint64_t interruptions = 0;
   // What the forward passes computed, as a cost model counts it (a replay of a
   // run fits its step costs to these): sequences that fed one token, the
@@ -168,8 +171,15 @@ class generation_engine {
     int64_t users = 0;           // sequences reading it
     uint64_t last_used = 0;      // step of the last attach: eviction order
     bool for_reprefill = false;  // computed again after an interruption
+    // The last row's logits [vocab], kept when a step computed that row (not
+    // when the rows were copied). Members attached before it is filled sample
+    // in that step; later ones attach only under the same weights: the
+    // version their first token records is the one that computed the logits.
+    at::Tensor logits;
     int64_t size() const { return static_cast<int64_t>(tokens.size()); }
     bool ready() const { return filled == size(); }
+    /// Whether a member can take its first token from here (now or once filled).
+    bool gives_logits() const { return logits.defined() || !ready(); }
   };
   void apply_pending_update();
   void admit();
