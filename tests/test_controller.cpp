@@ -38,6 +38,10 @@ struct record {
   // A hung trainer: it takes the request and never answers (no promise kept, so none is broken).
   bool hang_training = false, hang_checkpoints = false, hang_evaluations = false;
   int64_t evaluations = 0;
+  // A slow disk: the trainer holds its copy of each checkpoint, and says it is on
+  // disk only when the test tells it (as its writer thread would).
+  bool hold_writes = false;
+  std::vector<caf::typed_response_promise<int64_t>> writes;
 };
 
 // How a fake rollout worker answers a request (the default: a trajectory at once).
@@ -121,7 +125,7 @@ reward_pool_actor fake_reward(caf::actor_system& sys, std::shared_ptr<record> re
 }
 
 trainer_actor fake_trainer(caf::actor_system& sys, std::shared_ptr<record> rec) {
-  return sys.spawn([rec](trainer_actor::pointer) -> trainer_actor::behavior_type {
+  return sys.spawn([rec](trainer_actor::pointer self) -> trainer_actor::behavior_type {
     return {
         [=](train_atom, local_batch& batch) -> caf::result<train_report> {
           if (rec->hang_training) {
@@ -153,6 +157,19 @@ trainer_actor fake_trainer(caf::actor_system& sys, std::shared_ptr<record> rec) 
           }
           rec->checkpoints.push_back(rec->version);
           return rec->version;
+        },
+        [=](durable_atom) -> caf::result<int64_t> {
+          if (rec->hold_writes) {
+            rec->writes.push_back(self->make_response_promise<int64_t>());
+            return rec->writes.back();
+          }
+          return rec->checkpoints.back();
+        },
+        [=](durable_atom, int64_t version, std::string&) {  // as the writer thread says it is done
+          if (!rec->writes.empty()) {
+            rec->writes.front().deliver(version);
+            rec->writes.erase(rec->writes.begin());
+          }
         },
     };
   });
@@ -293,6 +310,42 @@ TEST_CASE("the ledger agrees with the record the rollout side and the trainer ke
   CHECK(stats.trained == static_cast<int64_t>(trained.size()));
   CHECK(stats.admitted == static_cast<int64_t>(seen.size()));
   CHECK(f.rec->checkpoints == std::vector<int64_t>{6});  // the final checkpoint
+}
+
+TEST_CASE("steps go on while a checkpoint is written; the next checkpoint and the run's end wait for it") {
+  fixture f;
+  auto cs = f.setup(4, 8, 1, 6);
+  cs.checkpoint_every = 2;
+  cs.rollouts = {f.rollout({})};
+  cs.reward = f.reward();
+  f.rec->hold_writes = true;
+  auto trainer = cs.trainer;
+  f.controller(std::move(cs));
+  f.run();
+  // Version 2's checkpoint is still being written: steps 3 and 4 trained meanwhile;
+  // the checkpoint due at 4 waits for it, and holds the steps.
+  CHECK(f.rec->checkpoints == std::vector<int64_t>{2});
+  CHECK(f.rec->version == 4);
+  REQUIRE(f.rec->writes.size() == 1);
+  auto written = [&] {
+    caf::anon_send(trainer, durable_atom::value, f.rec->checkpoints.back(), std::string{});
+    f.run();
+  };
+  written();
+  // Version 4's starts once 2's is on disk; steps 5 and 6 go on; the run's end
+  // (its final checkpoint) waits for it.
+  CHECK(f.rec->checkpoints == std::vector<int64_t>{2, 4});
+  CHECK(f.rec->version == 6);
+  CHECK_FALSE(f.rec->done);
+  REQUIRE(f.rec->writes.size() == 1);
+  written();
+  CHECK(f.rec->checkpoints == std::vector<int64_t>{2, 4, 6});
+  CHECK_FALSE(f.rec->done);  // until the final one is on disk
+  REQUIRE(f.rec->writes.size() == 1);
+  written();
+  REQUIRE(f.rec->done);
+  CHECK(f.rec->code == 0);
+  CHECK(f.rec->why == "run complete");
 }
 
 TEST_CASE("every sample is admitted within the staleness bound at the moment of admission") {

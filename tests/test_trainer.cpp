@@ -5,8 +5,10 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <set>
+#include <thread>
 
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -489,6 +491,47 @@ TEST_CASE("resume continues exactly: 3 steps equal 2 steps + save + load + 1 ste
   // The checkpoint's weights load in the engine's format too.
   auto reloaded = policy_model::load((dir.path / "model").string());
   CHECK(reloaded.flat().numel() == resumed.flat().numel());
+}
+
+TEST_CASE("a checkpoint's snapshot is what the trainer held when it was taken, whatever it trains after") {
+  areal::kernels::set_compute_threads(1);
+  auto config = test_config();
+  trainer_config tc;
+  tc.optimizer.lr = 3e-3;
+  auto batches = std::vector<std::vector<rl_sample>>{make_batch(6, 1), make_batch(6, 2)};
+  policy_model straight(config);
+  straight.init_random(5, 0.1);
+  trainer t1(straight, tc);
+  for (auto& b : batches)
+    t1.ppo_update(b);
+
+  scratch dir{"snapshot"};
+  policy_model model(config);
+  model.init_random(5, 0.1);
+  trainer t2(model, tc);
+  t2.ppo_update(batches[0]);
+  t2.set_policy_version(1);
+  auto snapshot = t2.snapshot_checkpoint({{"note.txt", "version 1"}});
+  CHECK(trainer::snapshot_version(*snapshot) == 1);
+  // The trainer goes on while another thread writes the copy.
+  t2.ppo_update(batches[1]);
+  t2.set_policy_version(2);
+  std::thread writer([&] { trainer::write_checkpoint(dir.path.string(), *snapshot); });
+  writer.join();
+
+  policy_model resumed(config);
+  resumed.init_random(99, 0.1);
+  trainer t3(resumed, tc);
+  t3.load_checkpoint(dir.path.string());
+  CHECK(t3.policy_version() == 1);
+  CHECK(t3.optimizer_step() == 1);
+  CHECK_FALSE(at::equal(resumed.flat(), model.flat()));
+  t3.ppo_update(batches[1]);
+  CHECK(at::equal(resumed.flat(), straight.flat()));
+  std::ifstream note(dir.path / "note.txt");
+  std::string text;
+  std::getline(note, text);
+  CHECK(text == "version 1");
 }
 
 TEST_CASE("an interrupted save leaves the previous checkpoint usable") {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -53,7 +54,11 @@ struct controller_state {
   member_table<caf::actor, uint64_t> rewards;
   std::map<caf::actor_addr, member_link_actor> links;  // per rollout worker: the actor holding its requests
   run_phase phase = run_phase::admitting;
-  bool training = false, checkpointing = false, evaluating = false;
+  // checkpointing: from a checkpoint's start until the trainer holds its copy
+  // (no step meanwhile); writing_checkpoint: from then until it is on disk (steps go on).
+  bool training = false, checkpointing = false, writing_checkpoint = false, evaluating = false;
+  // A checkpoint due while the last one is still being written: it starts once that one is on disk.
+  std::function<void()> after_write;
   bool member_deadline_armed = false;
   // Since when a role has been missing without a break (the member deadline counts from it).
   std::optional<caf::actor_clock::time_point> members_missing_since;

@@ -3,6 +3,7 @@
 // checkpoints, and the end of the run with every sample accounted for.
 #include <algorithm>
 #include <set>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -141,9 +142,10 @@ void gather_work(controller_pointer self, F then) {
               then(*work);
             },
             [work, then](caf::error& err) mutable {
-              spdlog::warn("checkpoint: the sample store did not hand over its scored samples ({}); they are "
-                           "generated again after a resume",
-                           describe(err));
+              spdlog::warn(
+                  "checkpoint: the sample store did not hand over its scored samples ({}); they are "
+                  "generated again after a resume",
+                  describe(err));
               then(*work);
             });
   };
@@ -163,57 +165,87 @@ void gather_work(controller_pointer self, F then) {
               one_done();
             },
             [one_done](caf::error& err) mutable {
-              spdlog::warn("checkpoint: a rollout worker did not hand over its samples in flight ({}); they are "
-                           "generated again after a resume",
-                           describe(err));
+              spdlog::warn(
+                  "checkpoint: a rollout worker did not hand over its samples in flight ({}); they are "
+                  "generated again after a resume",
+                  describe(err));
               one_done();
             });
 }
 
+// The checkpoint the trainer writes is on disk (or failed): the one due meanwhile, if any, starts.
 template <class F>
-void write_checkpoint(controller_pointer self, const work_in_flight& work, F then) {
+void checkpoint_written(controller_pointer self, F& then, const std::string& failed) {
+  auto& st = self->state;
+  st.writing_checkpoint = false;
+  then(failed);
+  if (auto next = std::exchange(st.after_write, nullptr); next && st.phase != run_phase::finished)
+    next();
+}
+
+template <class Taken, class F>
+void write_checkpoint(controller_pointer self, const work_in_flight& work, Taken taken, F then) {
   auto& st = self->state;
   if (st.trainer_missing)
     return;  // lost while the work was gathered: its loss settled what waited for this
   auto epoch = st.trainer_epoch;
+  auto failed = [self, epoch](F& continuation, caf::error& err) {
+    if (self->state.trainer_epoch != epoch)
+      return;
+    auto why = trainer_failure(self->state, "write the checkpoint", err);
+    spdlog::error("checkpoint failed: {}", why);
+    checkpoint_written(self, continuation, why);
+  };
   self->request(st.setup.trainer, st.setup.trainer_timeout, checkpoint_atom::value, st.setup.checkpoint_dir,
                 checkpoint_record(st, work).to_bytes())
       .then(
-          [self, then, epoch](int64_t version) mutable {
-            if (self->state.trainer_epoch != epoch)
+          [self, taken, then, epoch, failed](int64_t) mutable {
+            auto& s = self->state;
+            if (s.trainer_epoch != epoch)
               return;
-            self->state.checkpointing = false;
-            spdlog::info("checkpoint of version {} written to {}", version, self->state.setup.checkpoint_dir);
-            then(std::string{});
+            // The trainer holds its copy: steps go on while it writes, one checkpoint at a time.
+            s.checkpointing = false;
+            s.writing_checkpoint = true;
+            self->request(s.setup.trainer, s.setup.trainer_timeout, durable_atom::value)
+                .then(
+                    [self, then, epoch](int64_t version) mutable {
+                      if (self->state.trainer_epoch != epoch)
+                        return;
+                      spdlog::info("checkpoint of version {} written to {}", version, self->state.setup.checkpoint_dir);
+                      checkpoint_written(self, then, std::string{});
+                    },
+                    [then, failed](caf::error& err) mutable { failed(then, err); });
+            taken();
           },
-          [self, then, epoch](caf::error& err) mutable {
-            if (self->state.trainer_epoch != epoch)
-              return;
-            self->state.checkpointing = false;
-            auto why = trainer_failure(self->state, "write the checkpoint", err);
-            spdlog::error("checkpoint failed: {}", why);
-            then(why);
-          });
+          [then, failed](caf::error& err) mutable { failed(then, err); });
 }
 
 // Saves the run (trainer state + this controller's record) at the current version.
-// `then` runs once the checkpoint is on disk (with "") or failed (with the reason;
-// the previous checkpoint is then the one on disk).
-template <class F>
-void save_checkpoint(controller_pointer self, F then) {
+// `taken` runs once the trainer holds its copy of the state (steps may go on),
+// `then` once the checkpoint is on disk (with "") or failed (with the reason;
+// the previous checkpoint is then the one on disk). A checkpoint due while the
+// last one is still being written waits for it, and steps with it.
+template <class Taken, class F>
+void save_checkpoint(controller_pointer self, Taken taken, F then) {
   auto& st = self->state;
   if (st.setup.checkpoint_dir.empty()) {
+    taken();
     then(std::string{});
     return;
   }
   st.checkpointing = true;
-  auto epoch = st.trainer_epoch;
-  gather_work(self, [self, then, epoch](const work_in_flight& work) mutable {
-    if (self->state.trainer_epoch == epoch)  // else the trainer was lost meanwhile
-      write_checkpoint(self, work, then);
-  });
+  auto start = [self, taken, then]() mutable {
+    auto epoch = self->state.trainer_epoch;
+    gather_work(self, [self, taken, then, epoch](const work_in_flight& work) mutable {
+      if (self->state.trainer_epoch == epoch)  // else the trainer was lost meanwhile
+        write_checkpoint(self, work, taken, then);
+    });
+  };
+  if (st.writing_checkpoint)
+    st.after_write = start;
+  else
+    start();
 }
-
 
 // An end was asked for while a step or a checkpoint was in flight: it happens now.
 bool end_if_asked(controller_pointer self) {
@@ -281,12 +313,17 @@ void on_trained(controller_pointer self, const train_report& report, const batch
   if (end_if_asked(self))  // a stop arrived during the step
     return;
   if (st.setup.checkpoint_every > 0 && st.stats.steps % st.setup.checkpoint_every == 0)
-    save_checkpoint(self, [self](const std::string& failed) {
-      if (!failed.empty())
-        finish(self, 1, "the checkpoint failed: " + failed + "; the run stops here, the previous checkpoint is kept");
-      else if (!end_if_asked(self))
-        try_train(self);
-    });
+    save_checkpoint(
+        self,
+        [self] {
+          if (!end_if_asked(self))
+            try_train(self);
+        },
+        [self](const std::string& failed) {
+          if (!failed.empty())
+            finish(self, 1,
+                   "the checkpoint failed: " + failed + "; the run stops here, the previous checkpoint is kept");
+        });
   else
     try_train(self);
   fill(self);
@@ -343,13 +380,15 @@ void end_run(controller_pointer self, int32_t code, const std::string& why) {
     return;
   }
   if (st.training || st.checkpointing)
-    return;  // the step's reply (or the checkpoint's) ends the run
-  st.phase = run_phase::saving;
-  save_checkpoint(self, [self](const std::string& failed) {
-    auto& s = self->state;
-    finish(self, failed.empty() ? s.end_code : 1,
-           failed.empty() ? s.end_why : s.end_why + "; the final checkpoint failed (" + failed + ")");
-  });
+    return;                      // the step's reply (or the checkpoint's) ends the run
+  st.phase = run_phase::saving;  // the final checkpoint starts once one being written is on disk
+  save_checkpoint(
+      self, [] {},
+      [self](const std::string& failed) {
+        auto& s = self->state;
+        finish(self, failed.empty() ? s.end_code : 1,
+               failed.empty() ? s.end_why : s.end_why + "; the final checkpoint failed (" + failed + ")");
+      });
 }
 
 void try_train(controller_pointer self) {
@@ -384,14 +423,14 @@ void try_train(controller_pointer self) {
             if (self->state.trainer_epoch == epoch)  // else trained by a trainer since lost
               on_trained(self, report, facts);
           },
-            [self, epoch](caf::error& err) {
-              auto& s = self->state;
-              if (s.trainer_epoch != epoch)
-                return;
-              s.training = false;
-              auto step = "finish training step " + std::to_string(s.stats.steps + 1);
-              finish(self, 1, "the trainer failed: " + trainer_failure(s, step, err));
-            });
+          [self, epoch](caf::error& err) {
+            auto& s = self->state;
+            if (s.trainer_epoch != epoch)
+              return;
+            s.training = false;
+            auto step = "finish training step " + std::to_string(s.stats.steps + 1);
+            finish(self, 1, "the trainer failed: " + trainer_failure(s, step, err));
+          });
 }
 
 void weights_delivered(controller_pointer self, const std::vector<weight_delivery>& reports) {

@@ -125,7 +125,8 @@ void trainer_lost(controller_pointer self, const std::string& why) {
   st.trainer_missing = true;
   st.awaiting_weights = false;
   st.trainer_epoch++;  // replies of the lost trainer's requests are let go
-  st.training = st.checkpointing = st.evaluating = false;
+  st.training = st.checkpointing = st.writing_checkpoint = st.evaluating = false;
+  st.after_write = nullptr;
   // The samples in flight are let go: the run goes back to the last checkpoint,
   // which holds the work that was in flight then.
   st.rollouts.forget_requests();

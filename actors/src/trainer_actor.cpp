@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <thread>
 
 #include <caf/all.hpp>
 
@@ -26,6 +27,18 @@ struct trainer_state {
   std::shared_ptr<const at::Tensor> snapshot;   // weights of the current version, never modified
   bool busy = false;                            // counted as busy in the compute share
   std::string broken;                           // why the trainer cannot work (a checkpoint failed to load)
+  // The checkpoint being written on a thread of its own, while the trainer goes on.
+  struct checkpoint_writer {
+    std::thread thread;
+    bool writing = false;
+    int64_t version = -1;                                       // of the last checkpoint asked for
+    std::string error;                                          // why its write failed ("" when it did not)
+    std::vector<caf::typed_response_promise<int64_t>> waiting;  // asked when it is on disk
+    ~checkpoint_writer() {
+      if (thread.joinable())
+        thread.join();
+    }
+  } writer;
 };
 
 using trainer_pointer = trainer_actor::stateful_pointer<trainer_state>;
@@ -225,14 +238,60 @@ trainer_actor spawn_trainer(caf::actor_system& sys, trainer_setup setup) {
             },
             [self](checkpoint_atom, std::string& directory, std::string& controller_state) -> caf::result<int64_t> {
               auto& s = self->state;
+              auto& w = s.writer;
+              if (w.writing)
+                return caf::make_error(caf::sec::runtime_error,
+                                       "trainer: the checkpoint of version " + std::to_string(w.version) +
+                                           " is still being written; ask for it to be durable first");
+              std::shared_ptr<const kernels::trainer::checkpoint_snapshot> snapshot;
               try {
                 tracer::scope span{s.setup.trace.get(), "trainer", "checkpoint"};
-                s.trainer->save_checkpoint(directory, {{controller_checkpoint::file_name, controller_state}});
+                snapshot = s.trainer->snapshot_checkpoint({{controller_checkpoint::file_name, controller_state}});
               } catch (const std::exception& e) {
                 return caf::make_error(caf::sec::runtime_error,
                                        "trainer: cannot save the checkpoint in " + directory + ": " + e.what());
               }
-              return s.trainer->policy_version();
+              if (w.thread.joinable())
+                w.thread.join();  // the last write, already ended
+              w.writing = true;
+              w.version = kernels::trainer::snapshot_version(*snapshot);
+              w.error.clear();
+              trainer_actor me = self;
+              w.thread = std::thread([me, snapshot, directory, trace = s.setup.trace, version = w.version] {
+                std::string error;
+                try {
+                  tracer::scope span{trace.get(), "checkpoint writer", "checkpoint write"};
+                  kernels::trainer::write_checkpoint(directory, *snapshot);
+                } catch (const std::exception& e) {
+                  error = "trainer: cannot save the checkpoint in " + directory + ": " + e.what();
+                }
+                caf::anon_send(me, durable_atom::value, version, std::move(error));
+              });
+              return w.version;
+            },
+            [self](durable_atom) -> caf::result<int64_t> {
+              auto& w = self->state.writer;
+              if (w.writing) {
+                w.waiting.push_back(self->make_response_promise<int64_t>());
+                return w.waiting.back();
+              }
+              if (!w.error.empty())
+                return caf::make_error(caf::sec::runtime_error, w.error);
+              return w.version;
+            },
+            [self](durable_atom, int64_t version, std::string& error) {
+              auto& w = self->state.writer;
+              if (!w.writing || version != w.version)
+                return;  // not from this trainer's writer
+              w.writing = false;
+              w.error = error;
+              for (auto& promise : w.waiting) {
+                if (error.empty())
+                  promise.deliver(version);
+                else
+                  promise.deliver(caf::make_error(caf::sec::runtime_error, error));
+              }
+              w.waiting.clear();
             },
         };
       });

@@ -39,8 +39,44 @@ std::string trainer::complete_checkpoint(const std::string& directory) {
   return {};
 }
 
+struct trainer::checkpoint_snapshot {
+  tensor_map model;
+  std::string model_config;
+  tensor_map optimizer;
+  std::string state;  // trainer_state.json
+  std::map<std::string, std::string> extra_files;
+  int64_t version = 0;
+};
+
+std::shared_ptr<const trainer::checkpoint_snapshot> trainer::snapshot_checkpoint(
+    const std::map<std::string, std::string>& extra_files) const {
+  auto s = std::make_shared<checkpoint_snapshot>();
+  s->model = model_.to_tensors();
+  s->model_config = to_config_json(model_.config());
+  s->optimizer.emplace("adam_m", to_stored(adam_m_));
+  s->optimizer.emplace("adam_v", to_stored(adam_v_));
+  std::ostringstream rng;
+  rng << rng_;
+  nlohmann::json j = {{"format", checkpoint_format},        {"optimizer_step", step_},
+                      {"policy_version", version_},         {"skipped_total", skipped_total_},
+                      {"skipped_in_row", skipped_in_row_},  {"rng", rng.str()},
+                      {"parameters", model_.flat().numel()}};
+  s->state = j.dump(2) + "\n";
+  s->extra_files = extra_files;
+  s->version = version_;
+  return s;
+}
+
+int64_t trainer::snapshot_version(const checkpoint_snapshot& snapshot) {
+  return snapshot.version;
+}
+
 void trainer::save_checkpoint(const std::string& directory,
                               const std::map<std::string, std::string>& extra_files) const {
+  write_checkpoint(directory, *snapshot_checkpoint(extra_files));
+}
+
+void trainer::write_checkpoint(const std::string& directory, const checkpoint_snapshot& snapshot) {
   // Write everything into a fresh sibling directory, then swap it into place:
   // at every moment either the old or the new checkpoint is complete on disk.
   // A write that fails (a full disk) removes the fresh one and keeps the old.
@@ -50,22 +86,14 @@ void trainer::save_checkpoint(const std::string& directory,
   std::error_code ec;
   try {
     fs::remove_all(fresh);
-    fs::create_directories(fresh);
-    model_.save((fresh / "model").string());
-    tensor_map state;
-    state.emplace("adam_m", to_stored(adam_m_));
-    state.emplace("adam_v", to_stored(adam_v_));
-    write_safetensors((fresh / "optimizer.safetensors").string(), state);
-    std::ostringstream rng;
-    rng << rng_;
-    nlohmann::json j = {{"format", checkpoint_format},        {"optimizer_step", step_},
-                        {"policy_version", version_},         {"skipped_total", skipped_total_},
-                        {"skipped_in_row", skipped_in_row_},  {"rng", rng.str()},
-                        {"parameters", model_.flat().numel()}};
-    for (auto& [name, contents] : extra_files)
+    fs::create_directories(fresh / "model");
+    kernels::write_checkpoint((fresh / "model").string(), snapshot.model);
+    write_file_atomically(fresh / "model" / "config.json", snapshot.model_config);
+    write_safetensors((fresh / "optimizer.safetensors").string(), snapshot.optimizer);
+    for (auto& [name, contents] : snapshot.extra_files)
       write_file_atomically(fresh / name, contents);
     // Written last: its presence marks a complete checkpoint.
-    write_file_atomically(fresh / "trainer_state.json", j.dump(2) + "\n");
+    write_file_atomically(fresh / "trainer_state.json", snapshot.state);
     sync_directory(fresh);
   } catch (const std::exception& e) {
     fs::remove_all(fresh, ec);

@@ -143,6 +143,7 @@ using rollout_actor = caf::typed_actor<
 
 using train_atom = caf::atom_constant<caf::atom("train")>;
 using checkpoint_atom = caf::atom_constant<caf::atom("checkpoint")>;
+using durable_atom = caf::atom_constant<caf::atom("durable")>;
 
 /// What one training step did.
 struct train_report {
@@ -189,8 +190,15 @@ using trainer_actor = caf::typed_actor<
     caf::replies_to<eval_atom>::with<int64_t, double, double>,
     // Save a checkpoint of the current version into the directory (atomically),
     // with the controller's state of the same step as a file in it. The reply is
-    // the version saved.
-    caf::replies_to<checkpoint_atom, std::string, std::string>::with<int64_t>>;
+    // the version saved, as soon as it is copied in memory: the trainer trains on
+    // while a thread of its own writes it. One write at a time (an error while
+    // one is being written).
+    caf::replies_to<checkpoint_atom, std::string, std::string>::with<int64_t>,
+    // The reply comes once the last checkpoint asked for is on disk (its version),
+    // or with the error that stopped its write.
+    caf::replies_to<durable_atom>::with<int64_t>,
+    // The trainer's own writer thread: that write ended (version; the error, "" when none).
+    caf::reacts_to<durable_atom, int64_t, std::string>>;
 
 /// The EVALUATOR interface: greedy decoding on the held-out prompts.
 using evaluator_actor = caf::typed_actor<
@@ -367,8 +375,7 @@ using controller_actor = caf::typed_actor<
     // holds the requests: CAF 0.17 finds a reply's handler by a pass over the
     // requester's pending requests, so that one actor holding every request
     // in flight (a hundred thousand at 512 devices) would scan them all per reply.
-    caf::reacts_to<reply_atom, uint64_t, sample_summary>,
-    caf::reacts_to<reply_atom, uint64_t, caf::error>,
+    caf::reacts_to<reply_atom, uint64_t, sample_summary>, caf::reacts_to<reply_atom, uint64_t, caf::error>,
     // Agent runs (task.kind = "agent"): an endpoint (the holder named) opens an
     // episode of a task (the agent's key; the episodes of one task form groups
     // of group_size). The reply is its sample (group, index) and the policy

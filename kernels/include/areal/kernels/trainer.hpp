@@ -55,7 +55,7 @@ struct trainer_config {
   ppo_config ppo;
   int64_t ppo_minibatches = 1;
   int64_t max_tokens_per_mb = 4096;
-  bool packed = true;               // false: fixed-size padded micro-batches (the ablation)
+  bool packed = true;  // false: fixed-size padded micro-batches (the ablation)
   /// Packed micro-batches compute a prompt that several of their samples share
   /// (a group's) once, each response attending to it (policy_model::forward's
   /// parents): the same log-probabilities and gradient up to rounding. false:
@@ -141,6 +141,16 @@ class trainer {
   /// plus `extra_files` (name -> contents, e.g. the controller's state of the same step).
   /// Atomic: a crash mid-write leaves the previous checkpoint usable.
   void save_checkpoint(const std::string& directory, const std::map<std::string, std::string>& extra_files = {}) const;
+  /// What save_checkpoint writes, copied into host memory: the trainer may go on
+  /// training while another thread writes it (write_checkpoint).
+  struct checkpoint_snapshot;
+  std::shared_ptr<const checkpoint_snapshot> snapshot_checkpoint(
+      const std::map<std::string, std::string>& extra_files = {}) const;
+  /// Writes a snapshot as save_checkpoint does (atomic, durable when it returns);
+  /// touches no trainer, so any thread may run it. Throws training_error.
+  static void write_checkpoint(const std::string& directory, const checkpoint_snapshot& snapshot);
+  /// The policy version a snapshot holds.
+  static int64_t snapshot_version(const checkpoint_snapshot& snapshot);
   /// The directory holding the complete checkpoint saved as `directory` (it is
   /// directory.old when a process died between the two renames of a save), or
   /// empty when there is none.
