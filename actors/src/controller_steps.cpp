@@ -217,7 +217,11 @@ void write_checkpoint(controller_pointer self, const work_in_flight& work, Taken
                     [then, failed](caf::error& err) mutable { failed(then, err); });
             taken();
           },
-          [then, failed](caf::error& err) mutable { failed(then, err); });
+          [self, then, epoch, failed](caf::error& err) mutable {
+            if (self->state.trainer_epoch == epoch)
+              self->state.checkpointing = false;  // no copy was taken
+            failed(then, err);
+          });
 }
 
 // Saves the run (trainer state + this controller's record) at the current version.
