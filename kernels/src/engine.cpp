@@ -163,7 +163,8 @@ std::vector<generation_output> generation_engine::step() {
       attach_prefix(slot);
     }
   // Pool entries still to compute come first (their users wait for them), then
-  // one token per decoding sequence and prompt chunks for the others, oldest first.
+  // one token per decoding sequence and prompt chunks for the others, oldest first;
+  // a sequence whose whole prompt is a ready entry's samples from its logits.
   step_input input;
   std::vector<int64_t> fill_tokens;
   // Pool entries whose last row this step computes, and that row's index in fill_tokens.

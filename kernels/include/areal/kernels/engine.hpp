@@ -5,9 +5,12 @@
 //
 // One call of step() is one forward pass over: one token of every decoding
 // sequence, plus up to prefill_chunk prompt tokens of sequences still being
-// prefilled (oldest first). Sequences that finish leave at once and their slot
-// is refilled from the queue at the next step; the last occupied slot moves
-// into the hole so that decoding slots stay packed at the front of the cache.
+// prefilled (oldest first); members of a group whose prompt the pool holds
+// take their first token from its kept logits in the same step, without a row
+// (a step with nothing else to compute runs no forward pass). Sequences that
+// finish leave at once and their slot is refilled from the queue at the next
+// step; the last occupied slot moves into the hole so that decoding slots stay
+// packed at the front of the cache.
 //
 // update_weights(version, weights) takes effect at the next step boundary,
 // in one of three ways (interruption_mode):
