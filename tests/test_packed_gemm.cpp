@@ -20,7 +20,7 @@ TEST_CASE("a product over a packed weight is x times the weight transposed, with
   auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
   // Rows off the row blocks (8 and 3), columns off the 32-column blocks, depths off the unrolling.
   for (auto set : cpu::runnable_isas())
-    for (int64_t m : {1, 5, 8, 13, 64})
+    for (int64_t m : {1, 5, 8, 13, 64, 2051})
       for (int64_t n : {1, 17, 32, 45, 100})
         for (int64_t k : {1, 7, 64}) {
           INFO("instruction set " << static_cast<int>(set) << ", m " << m << ", n " << n << ", k " << k);
@@ -105,21 +105,23 @@ TEST_CASE("a packed product takes an RMSNorm folded in, and the SwiGLU packing w
 
 namespace {
 
-// The logits of one decode step (after a 5-token prefill) for 3 sequences, on the CPU's loops.
-at::Tensor decode_logits(const policy_model& model) {
-  kv_cache cache(model.config(), 3, 16, model.options());
+// The logits of one decode step (after a prefill of `prompt` tokens each) for 3 sequences, on the CPU's
+// loops; with `prefill_too`, the prefill step's logits of every row before them.
+at::Tensor decode_logits(const policy_model& model, int64_t prompt = 5, bool prefill_too = false) {
+  kv_cache cache(model.config(), 3, prompt + 11, model.options());
   std::vector<int64_t> tokens;
   for (int64_t s = 0; s < 3; ++s)
-    for (int64_t t = 0; t < 5; ++t)
+    for (int64_t t = 0; t < prompt; ++t)
       tokens.push_back((s * 7 + t * 3) % model.config().vocab_size);
-  model.forward_cached(cache, {tokens, {0, 1, 2}, {5, 5, 5}});
-  return model.logits(model.forward_cached(cache, {{1, 2, 3}, {0, 1, 2}, {1, 1, 1}}));
+  auto prefill = model.logits(model.forward_cached(cache, {tokens, {0, 1, 2}, {prompt, prompt, prompt}}));
+  auto decode = model.logits(model.forward_cached(cache, {{1, 2, 3}, {0, 1, 2}, {1, 1, 1}}));
+  return prefill_too ? at::cat({prefill, decode}) : decode;
 }
 
 // The same with ATen's products and layers (no packed weights).
-at::Tensor aten_decode_logits(const policy_model& model) {
+at::Tensor aten_decode_logits(const policy_model& model, int64_t prompt = 5, bool prefill_too = false) {
   fused::set_enabled(false);
-  auto out = decode_logits(model);
+  auto out = decode_logits(model, prompt, prefill_too);
   fused::set_enabled(true);
   return out;
 }
@@ -156,6 +158,17 @@ TEST_CASE("the decode step's packed weights follow the model's weights as they c
     CHECK_FALSE(at::allclose(after, before, 1e-3, 1e-3));
     CHECK(at::allclose(after, aten_decode_logits(model), 1e-4, 1e-5));
   }
+}
+
+TEST_CASE("a step of thousands of rows (a long prefill, a re-prefill of every sequence in flight) runs on the packed "
+          "weights and gives ATen's logits") {
+  // 3 x 700 rows: past the 1,024 rows at which steps once went to OpenBLAS, and off the row blocks.
+  at::NoGradGuard no_grad;
+  policy_model model(areal::test::small_model_config(24, 1024));
+  model.init_random(3);
+  auto packed = decode_logits(model, 700, true);
+  REQUIRE(packed.size(0) == 3 * 700 + 3);
+  CHECK(at::allclose(packed, aten_decode_logits(model, 700, true), 1e-4, 1e-5));
 }
 
 TEST_CASE("a model trained by the trainer's own optimizer loop decodes with its new weights") {

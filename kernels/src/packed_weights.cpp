@@ -94,7 +94,7 @@ at::Tensor inverse_rms(const at::Tensor& x, double eps) {
 }
 
 bool packed_weights::applies(const at::Tensor& x, int64_t rows) {
-  return fused::applies(x) && rows > 0 && rows <= max_rows;
+  return fused::applies(x) && rows > 0;
 }
 
 }  // namespace areal::kernels

@@ -50,12 +50,13 @@ struct packed_weights {
   int64_t version = 0;         // flat()'s version counter when packed
   const void* data = nullptr;  // flat()'s buffer when packed
   /// Whether packed products serve a step of `rows` rows in x's type and place
-  /// (float32 on the CPU while the fused loops are on, at most max_rows rows).
+  /// (float32 on the CPU while the fused loops are on; any number of rows).
+  /// Steps of more than 1,024 rows once went to OpenBLAS, as fast there with
+  /// `SkylakeX` kernels (0.98x at 2,048 rows on `small`); with any other core
+  /// type it is slower: a re-prefill of 2,080 rows in `bench_generation` cost
+  /// 69-78 ms per 1k tokens on OpenBLAS's `Haswell` kernels, 45-46 on these
+  /// (44-46 with `SkylakeX` either way).
   static bool applies(const at::Tensor& x, int64_t rows);
-  /// Rows beyond which OpenBLAS is as fast: the packed products over the `small`
-  /// preset's 8 layers ran 1.4x OpenBLAS's rate at 64 rows, 1.13x at 512 and
-  /// 0.98x at 2,048 (a probe, AMD EPYC, `SkylakeX` kernels, before the prefetch).
-  static constexpr int64_t max_rows = 1024;
 };
 
 }  // namespace areal::kernels
