@@ -161,17 +161,20 @@ TEST_CASE("a dropped sample drops its whole group with the reason counted") {
   CHECK(closed[1].slots.empty());
 }
 
+namespace {
+sample_summary with_versions(uint64_t group, uint32_t index, std::vector<int64_t> versions) {
+  trajectory t;
+  t.group_id = group;
+  t.sample_index = index;
+  t.output_tokens.assign(versions.size(), 1);
+  t.behaviour_logprobs.assign(versions.size(), 0.0f);
+  t.token_versions = std::move(versions);
+  return summarize(t, group * 10 + index);
+}
+}  // namespace
+
 TEST_CASE("groups older than the bound are dropped when a batch is formed") {
   group_buffer buffer(2);
-  auto with_versions = [](uint64_t group, uint32_t index, std::vector<int64_t> versions) {
-    trajectory t;
-    t.group_id = group;
-    t.sample_index = index;
-    t.output_tokens.assign(versions.size(), 1);
-    t.behaviour_logprobs.assign(versions.size(), 0.0f);
-    t.token_versions = std::move(versions);
-    return summarize(t, group * 10 + index);
-  };
   buffer.add(with_versions(1, 0, {3, 4}));
   buffer.add(with_versions(1, 1, {5}));  // one token of version 3: stale at min_version 4
   buffer.add(with_versions(2, 0, {4, 5}));
@@ -190,6 +193,30 @@ TEST_CASE("groups older than the bound are dropped when a batch is formed") {
   CHECK(gate.capacity() == 0);
   gate.discard(stale);
   CHECK(gate.capacity() == 2);
+}
+
+TEST_CASE("a batch takes the groups with the oldest tokens first, so that a group completed late is trained before "
+          "the bound passes it") {
+  // Group 1 (tokens of version 4) completes after groups 2 and 3 (version 5). Taken in completion order,
+  // the first batch would be group 2 and group 1 would be dropped once the bound reached 5.
+  group_buffer buffer(2);
+  buffer.add(with_versions(2, 0, {5}));
+  buffer.add(with_versions(2, 1, {5, 6}));
+  buffer.add(with_versions(3, 0, {5}));
+  buffer.add(with_versions(3, 1, {6}));
+  buffer.add(with_versions(1, 0, {4, 5}));
+  buffer.add(with_versions(1, 1, {5}));
+  auto first = buffer.take_batch(2, 4);
+  REQUIRE(first);
+  CHECK((*first)[0].group_id == 1);
+  // Equally old groups in the order they completed.
+  auto second = buffer.take_batch(2, 5);
+  REQUIRE(second);
+  CHECK((*second)[0].group_id == 2);
+  auto third = buffer.take_batch(2, 5);
+  REQUIRE(third);
+  CHECK((*third)[0].group_id == 3);
+  CHECK(buffer.dropped().empty());
 }
 
 TEST_CASE("a step's metrics line is written at once and made durable when the controller syncs") {

@@ -95,7 +95,9 @@ void group_buffer::settle(uint64_t group_id) {
     for (auto& t : g.members)
       oldest = std::min(oldest, oldest_version(t, INT64_MAX));
     ready_ += static_cast<int64_t>(g.members.size());
-    complete_.push_back({std::move(g.members), oldest});
+    auto at = std::upper_bound(complete_.begin(), complete_.end(), oldest,
+                               [](int64_t v, const complete_group& c) { return v < c.oldest; });
+    complete_.insert(at, {std::move(g.members), oldest});
   } else {
     dropped_[g.drop_reason] += static_cast<int64_t>(g.members.size()) + g.missing_dropped;
     newly_dropped_.push_back({group_id, static_cast<int64_t>(g.members.size()), g.drop_reason, slots_of(g.members)});
@@ -105,24 +107,16 @@ void group_buffer::settle(uint64_t group_id) {
 
 std::optional<std::vector<sample_summary>> group_buffer::take_batch(int64_t batch_size, int64_t min_version,
                                                                     int64_t* stale_dropped) {
-  if (min_version != checked_bound_)
-    unchecked_ = 0;  // a new bound: every group is checked against it once
-  checked_bound_ = min_version;
-  for (size_t i = unchecked_; i < complete_.size();) {
-    auto& g = complete_[i];
-    if (g.oldest >= min_version) {
-      ++i;
-      continue;
-    }
+  while (!complete_.empty() && complete_.front().oldest < min_version) {
+    auto& g = complete_.front();
     auto n = static_cast<int64_t>(g.members.size());
     dropped_["staler than the bound"] += n;
     newly_dropped_.push_back({g.members.front().group_id, n, "staler than the bound", slots_of(g.members)});
     if (stale_dropped)
       *stale_dropped += n;
     ready_ -= n;
-    complete_.erase(complete_.begin() + static_cast<std::ptrdiff_t>(i));
+    complete_.pop_front();
   }
-  unchecked_ = complete_.size();
   if (ready_ < batch_size)
     return std::nullopt;
   std::vector<sample_summary> batch;
@@ -131,7 +125,6 @@ std::optional<std::vector<sample_summary>> group_buffer::take_batch(int64_t batc
     for (auto& t : complete_.front().members)
       batch.push_back(std::move(t));
     complete_.pop_front();
-    --unchecked_;
   }
   return batch;
 }

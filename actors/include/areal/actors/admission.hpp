@@ -75,11 +75,13 @@ class group_buffer {
   void add(sample_summary s);
   /// One sample of `group_id` will never arrive (worker lost, generation failed).
   void drop_sample(uint64_t group_id, const std::string& reason);
-  /// Complete groups, oldest first, until `batch_size` trajectories (whole groups only);
-  /// nothing when fewer are ready. Complete groups holding a token older than
-  /// `min_version` are dropped first (reason "staler than the bound"): admission
-  /// bounds staleness by arrival order, but a group that completes late (a long
-  /// tail) can still fall behind.
+  /// Complete groups until `batch_size` trajectories (whole groups only), the
+  /// group with the oldest token first (earliest deadline first: the next bound
+  /// drops it first; among equals, in the order they completed); nothing when
+  /// fewer are ready. Complete groups holding a token older than `min_version`
+  /// are dropped first (reason "staler than the bound"): admission bounds
+  /// staleness by arrival order, but a group that completes late (a long tail)
+  /// can still fall behind.
   /// `stale_dropped`, when given, is increased by the trajectories dropped so.
   std::optional<std::vector<sample_summary>> take_batch(int64_t batch_size, int64_t min_version = INT64_MIN,
                                                         int64_t* stale_dropped = nullptr);
@@ -116,12 +118,7 @@ class group_buffer {
     std::vector<sample_summary> members;
     int64_t oldest;
   };
-  std::deque<complete_group> complete_;
-  // take_batch checks each group against the bound once per bound (the bound
-  // changes once per step, groups complete after every reply): the groups
-  // from complete_[unchecked_] on are not yet checked against checked_bound_.
-  size_t unchecked_ = 0;
-  int64_t checked_bound_ = INT64_MIN;
+  std::deque<complete_group> complete_;  // by oldest, then by completion
   int64_t ready_ = 0;  // trajectories in complete_
   std::map<std::string, int64_t> dropped_;
   std::vector<closed_group> newly_dropped_;
