@@ -68,6 +68,9 @@ TEST_CASE("a simulated run trains its steps and is exactly repeatable") {
   CHECK(a.virtual_seconds > 0);
   CHECK(a.engine_busy_share > 0);
   CHECK(a.engine_busy_share <= 1.0);
+  // Every trained response token was generated; a simulated engine that generated nothing would leave none.
+  CHECK(a.trained_response_tokens > 0);
+  CHECK(a.generated_tokens >= a.trained_response_tokens);
   CHECK(!a.schedule_log.empty());
   auto b = simulate(setup);
   CHECK(a.schedule_log == b.schedule_log);
@@ -325,6 +328,8 @@ TEST_CASE("areal simulate prints its result and writes the JSON and schedule log
   std::ifstream j(json);
   std::string text((std::istreambuf_iterator<char>(j)), {});
   CHECK(text.find("\"steady_tokens_per_s\"") != std::string::npos);
+  CHECK(text.find("\"generated_tokens\"") != std::string::npos);
+  CHECK_MESSAGE(out.str().find("response tokens generated") != std::string::npos, out.str());
   std::ifstream l(log);
   std::string first;
   std::getline(l, first);
