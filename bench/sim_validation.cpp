@@ -90,8 +90,8 @@ sim::sim_result simulate_row(std::shared_ptr<const sim::cost_model> costs, const
 }
 
 // Response tokens per second, as the job counts its trained tokens.
-double response_rate(const sim::sim_result& r, int64_t prompt_tokens) {
-  return double(r.trained_tokens - r.trained_samples * prompt_tokens) / r.virtual_seconds;
+double response_rate(const sim::sim_result& r) {
+  return double(r.trained_response_tokens) / r.virtual_seconds;
 }
 
 // The same from the first step's end to the last's: the pipeline's fill (and
@@ -119,7 +119,7 @@ double replay_rate(const fs::path& dir, row& r) {
     throw std::runtime_error("the replay of " + dir.string() + " ended early: " + simulated.end_reason);
   r.engine_r2 = recorded.costs.engine.r2;
   r.trainer_r2 = recorded.costs.trainer.r2;
-  return response_rate(simulated, setup.work.prompt_tokens);
+  return response_rate(simulated);
 }
 
 // Seconds a finished run spent generating (its rollout tracks) and training (the trainer's track),
@@ -287,26 +287,25 @@ four_validation validate_four_processes(const workload& w, const run_config& bas
     auto shared = simulate_row(costs, work, base, eta, 2, threads);
     auto own = simulate_row(costs, work, base, eta, 2, 0);
     // Over the phase with the start-up in front (the calibrated row); from the first step on it drops out.
-    double rate = response_rate(shared, work.prompt_tokens) * shared.virtual_seconds / (shared.virtual_seconds + delay),
+    double rate = response_rate(shared) * shared.virtual_seconds / (shared.virtual_seconds + delay),
            after = response_rate_after_first_step(shared, work.prompt_tokens);
     double error = rate / run.measured - 1, after_error = after / run.after_first - 1;
     if (name == "calibrated")
       worst = std::max(std::abs(error), std::abs(after_error));
-    double per_sample = double(shared.trained_tokens - shared.trained_samples * work.prompt_tokens) /
-                        double(std::max<int64_t>(1, shared.trained_samples));
+    double per_sample = double(shared.trained_response_tokens) / double(std::max<int64_t>(1, shared.trained_samples));
     double generating = 2 * shared.engine_busy_share * shared.virtual_seconds,
            training = shared.trainer_busy_share * shared.virtual_seconds;
     v.text += fmt::format(
         "  {:<11} {:>10.0f} {:>+7.1f}% {:>14.0f} {:>+7.1f}% {:>8.2f} {:>8.2f} {:>10.2f} {:>8.2f} {:>10.2f} {:>9.0f}\n",
         name, rate, 100 * error, after, 100 * after_error, shared.virtual_seconds + delay, generating, training,
-        shared.trained.front().seconds + delay, per_sample, response_rate(own, work.prompt_tokens));
+        shared.trained.front().seconds + delay, per_sample, response_rate(own));
     v.json[name] = {{"cost_model", costs->describe()},
                     {"tokens_per_s", rate},
                     {"start_up_s", delay},
                     {"error", error},
                     {"after_first_step_tokens_per_s", after},
                     {"after_first_step_error", after_error},
-                    {"tokens_per_s_with_a_core_each", response_rate(own, work.prompt_tokens)},
+                    {"tokens_per_s_with_a_core_each", response_rate(own)},
                     {"response_tokens_per_trained_sample", per_sample},
                     {"seconds",
                      {{"rl", shared.virtual_seconds + delay},
@@ -402,7 +401,7 @@ nlohmann::json validate_on_this_machine(bool quick, int threads, std::ostream& o
     double worst = 0, sync_predicted = 0;
     for (auto& r : rows) {
       auto simulated = simulate_row(costs, work, base, r.eta);
-      double predicted = response_rate(simulated, work.prompt_tokens);
+      double predicted = response_rate(simulated);
       // Both rows run one engine (the node's).
       double generate_predicted = simulated.engine_busy_share * simulated.virtual_seconds;
       double train_predicted = simulated.trainer_busy_share * simulated.virtual_seconds;

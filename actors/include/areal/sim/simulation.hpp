@@ -76,7 +76,8 @@ struct sim_result {
   int64_t steps = 0, trained_samples = 0;
   int64_t trained_tokens = 0;    // prompt + response tokens of the trained samples
   int64_t generated_tokens = 0;  // response tokens generated (all, trained or not)
-  int64_t trained_response_tokens = 0;  // of them, in trained samples (the rest: dropped, or in flight at the end)
+  // Of the generated tokens, those in trained samples (the rest: dropped, or in flight at the end).
+  int64_t trained_response_tokens = 0;
   int64_t interruptions = 0;     // sequences whose cache was recomputed after new weights
   int64_t prefill_tokens = 0;    // tokens the engines' prefills computed (re-prefills included)
   int64_t max_staleness = 0;     // over the trained batches, in versions
