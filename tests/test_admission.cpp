@@ -81,6 +81,33 @@ TEST_CASE("a limit on the total admits no more than it, and what is discarded or
   CHECK(gate.capacity() == 1);
 }
 
+TEST_CASE("with weights on other nodes, admission counts from the version delivered to the rollout workers") {
+  staleness_gate gate(4, 1, 100);
+  gate.follow_deliveries();
+  gate.admit(8);  // (eta + 0 + 1) 4
+  for (int i = 0; i < 4; ++i)
+    gate.finish(true);
+  gate.set_version(1);  // the trainer made version 1; its weights are on their way
+  CHECK(gate.version() == 1);
+  CHECK(gate.admission_version() == 0);
+  CHECK(gate.capacity() == 0);  // a request now would generate with version 0 and be trained after version 2
+  gate.delivered(1);
+  CHECK(gate.admission_version() == 1);
+  CHECK(gate.capacity() == 4);
+  gate.delivered(0);  // a late report of an older version takes nothing back
+  CHECK(gate.capacity() == 4);
+  gate.delivered(3);  // a subscriber that caught up past the trainer's version counts only up to it
+  CHECK(gate.admission_version() == 1);
+  CHECK(gate.capacity() == 4);
+
+  staleness_gate local(4, 1, 100);  // weights in the same process reach the workers with the step
+  local.admit(8);
+  for (int i = 0; i < 4; ++i)
+    local.finish(true);
+  local.set_version(1);
+  CHECK(local.capacity() == 4);
+}
+
 TEST_CASE("restoring after a resume resets the counters to the version") {
   staleness_gate gate(4, 1, 100);
   gate.restore(5);

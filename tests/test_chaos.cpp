@@ -10,8 +10,8 @@
 // Judged by the run's ledger against the test's own record: every admitted
 // sample trained or dropped with a reason (the step lines' samples add up to
 // the trained count, the drop reasons to the dropped count), no prompt trained
-// twice, the staleness bound kept, every process ended by itself, accuracy
-// within noise of the calm run. CI runs the default schedule (20 faults from
+// twice, the staleness bound kept, every process ended by itself, at least
+// half the calm run's accuracy gain. CI runs the default schedule (20 faults from
 // outside plus the failpoints'); tests/chaos/run_long.sh runs a longer one:
 //   AREAL_CHAOS_FAULTS (default 20)  faults from outside
 //   AREAL_CHAOS_SEED   (default 1)   the schedule's seed
@@ -73,8 +73,9 @@ run_record run_cluster(const std::string& name, int64_t steps, const chaos_setup
   // Deadlines the faults meet within the run: a hung verification is given up
   // after a second, a cut transfer after three, a run without rollout workers
   // (both killed at once) waits 30 s for one to come back.
+  // 512 held-out prompts (not the cluster's 128): the accuracy compared below moves 0.022 by sampling.
   for (auto s : {"reward.timeout_s=1", "cluster.transfer_timeout_ms=3000", "cluster.connect_timeout_s=30",
-                 "rl.checkpoint_every=0"})
+                 "rl.checkpoint_every=0", "eval.prompts=512"})
     c.settings.push_back(s);
   if (chaos.faults > 0) {
     setenv("AREAL_FAILPOINTS", "reward.verifier_hang=0.004,weights.transfer_cut=0.25", 1);
@@ -260,10 +261,14 @@ TEST_CASE("chaos: a four-process run under a seeded schedule of faults loses not
   CHECK(wild.trained_twice == 0);
   CHECK(wild.hung == 0);
   CHECK(calm.hung == 0);
-  // Accuracy within noise of the calm run, or better: 128 evaluation prompts give a standard error
-  // near 0.044 per run, and an asynchronous run is not repeatable to the sample (a first calm and
-  // faulty pair of 30 steps ended at 0.52 and 0.67); three standard errors of the difference.
-  CHECK_MESSAGE(s["accuracy_after"].get<double>() >= calm.summary["accuracy_after"].get<double>() - 0.19,
-                report.str());
-  CHECK_MESSAGE(s["accuracy_after"].get<double>() > s["accuracy_before"].get<double>() + 0.05, report.str());
+  // The faults cost some learning, not most of it: the run under faults gains at least half the
+  // accuracy the calm run gained. Neither run is repeatable to the sample (asynchronous), and the
+  // faults change what is trained when: seven pairs of the CI schedule (then 128 evaluation
+  // prompts) ended 0.20 below to 0.11 above the calm run (gains 0.35 against 0.55 at the worst, a
+  // ratio of 0.64); a fixed margin of 0.19 failed once in CI. Corrupted weights or a broken sample
+  // path stay near the 0.11 they start from.
+  auto gain = s["accuracy_after"].get<double>() - s["accuracy_before"].get<double>();
+  auto calm_gain = calm.summary["accuracy_after"].get<double>() - calm.summary["accuracy_before"].get<double>();
+  CHECK_MESSAGE(calm_gain > 0.1, report.str());
+  CHECK_MESSAGE(gain >= 0.5 * calm_gain, report.str());
 }

@@ -393,6 +393,39 @@ TEST_CASE("a run admits the samples its steps train and one batch more, whatever
   }
 }
 
+TEST_CASE("with weights published to other nodes, admission waits for each version to arrive there") {
+  fixture f;
+  const int64_t batch = 8;
+  auto cs = f.setup(4, batch, 1, 4);  // eta 1
+  cs.remote_weights = true;           // the trainer sends no delivery report: the test does, as a publisher would
+  cs.rollouts = {f.rollout({})};
+  cs.reward = f.reward();
+  auto controller = f.controller(std::move(cs));
+  f.run();
+  // eta + 1 batches admitted for version 0's weights, and trained; the workers still hold version 0.
+  CHECK(f.rec->version == 2);
+  CHECK(f.rec->requests.size() == 2 * batch);
+  CHECK_FALSE(f.rec->done);
+  auto deliver = [&](std::vector<weight_delivery> reports) {
+    caf::anon_send(controller, std::move(reports));
+    f.run();
+  };
+  deliver({{"gen-a", 1, "gloo", 0, 0.0, 0, {}}});
+  CHECK(f.rec->requests.size() == 3 * batch);  // version 1 arrived: one batch more, trained into version 3
+  CHECK(f.rec->version == 3);
+  CHECK_FALSE(f.rec->done);
+  // Version 3 settles with one subscriber lost meanwhile (no version) and one cut transfer: admission goes on.
+  deliver({{"gen-a", 3, "gloo", 0, 0.0, 0, {}},
+           {"gen-b", INT64_MAX, "", 0, 0.0, 0, "subscriber lost"},
+           {"gen-c", 3, "gloo", 0, 0.0, 0, "transfer cut"}});
+  CHECK(f.rec->done);
+  CHECK(f.rec->why == "run complete");
+  CHECK(f.rec->version == 4);
+  CHECK(f.rec->requests.size() == 5 * batch);  // 4 steps and the spare batch, as without remote weights
+  for (auto& r : f.rec->requests)
+    CHECK(r.admitted_version <= 3);
+}
+
 TEST_CASE("a sample that no member ever answers is reported where it is, not lost") {
   fixture f;
   auto cs = f.setup(4, 8, 1, 4);

@@ -15,7 +15,7 @@ staleness_gate::staleness_gate(int64_t batch_size, int64_t eta, int64_t max_conc
 
 int64_t staleness_gate::capacity() const {
   auto by_concurrency = max_concurrent_ - running_;
-  auto by_staleness = (eta_ + version_ + 1) * batch_size_ - (accepted_ + running_);
+  auto by_staleness = (eta_ + admission_version() + 1) * batch_size_ - (accepted_ + running_);
   auto by_length = limit_ - (accepted_ + running_);
   return std::max<int64_t>(0, std::min({by_concurrency, by_staleness, by_length}));
 }
@@ -48,8 +48,18 @@ void staleness_gate::set_version(int64_t version) {
   version_ = version;
 }
 
+void staleness_gate::follow_deliveries() {
+  follows_deliveries_ = true;
+  delivered_ = version_;
+}
+
+void staleness_gate::delivered(int64_t version) {
+  delivered_ = std::max(delivered_, version);
+}
+
 void staleness_gate::restore(int64_t version) {
   version_ = version;
+  delivered_ = version;  // a resumed run waits for the rollout workers to hold it (controller_trainer.cpp)
   accepted_ = version * batch_size_;
   running_ = 0;
   admitted_total_ = accepted_;

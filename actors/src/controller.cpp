@@ -323,6 +323,8 @@ void start(controller_pointer self, controller_setup setup) {
   auto& s = st.setup;
   st.stream = std::make_unique<prompt_stream>(std::move(s.source), s.encode, s.group_size, s.sampling, s.seed);
   st.gate = std::make_unique<staleness_gate>(s.batch_size, s.eta, s.max_concurrent);
+  if (s.remote_weights)  // the new weights reach other nodes a transfer later than the trainer makes them
+    st.gate->follow_deliveries();
   st.buffer = std::make_unique<group_buffer>(s.group_size);
   if (s.resume) {
     go_back_to(self, *s.resume);  // the metrics and the admission limit too

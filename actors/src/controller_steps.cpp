@@ -438,6 +438,18 @@ void try_train(controller_pointer self) {
 }
 
 void weights_delivered(controller_pointer self, const std::vector<weight_delivery>& reports) {
+  // One publication settled (every subscriber reported, failed, was lost or
+  // missed the deadline): admission counts from its version now. Its reports
+  // carry that version, or a newer one a subscriber caught up to, or none
+  // (INT64_MAX) for a subscriber lost meanwhile.
+  auto settled = self->state.stats.version;
+  bool any = false;
+  for (auto& r : reports)
+    if (r.version != INT64_MAX) {
+      settled = any ? std::min(settled, r.version) : r.version;
+      any = true;
+    }
+  self->state.gate->delivered(settled);
   for (auto& r : reports) {
     if (!r.error.empty()) {
       self->state.metrics->transfer_failed();
@@ -446,6 +458,7 @@ void weights_delivered(controller_pointer self, const std::vector<weight_deliver
       self->state.metrics->transferred(r.seconds);
     }
   }
+  fill(self);
 }
 
 std::string ledger_json(const sample_ledger& ledger) {

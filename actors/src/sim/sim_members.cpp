@@ -372,6 +372,7 @@ struct store_state {
   std::map<uint64_t, sample_summary> slots;
   uint64_t next_slot = 1;
   int64_t version = 0;
+  caf::actor controller;  // told when each version's weights reached every engine
   caf::response_promise training;
   train_report report;
   int64_t train_start = 0;
@@ -422,6 +423,7 @@ caf::behavior store_behavior(caf::stateful_actor<store_state>* self, sim_world* 
         auto& st = self->state;
         auto& w = *st.world;
         auto now = w.now_ns(self->clock());
+        st.controller = caf::actor_cast<caf::actor>(self->current_sender());
         std::vector<int64_t> lengths;
         train_report r;
         r.version = st.version + 1;
@@ -484,6 +486,16 @@ caf::behavior store_behavior(caf::stateful_actor<store_state>* self, sim_world* 
           auto node = static_cast<int64_t>(e) / per_node;
           self->delayed_send(w.engines[e], std::chrono::nanoseconds((node + 1) * transfer), weights_atom::value,
                              st.version);
+        }
+        // As the job's publisher does: the controller learns when the last node has them (it admits from then).
+        if (!w.setup.colocated && st.controller) {
+          auto nodes = (static_cast<int64_t>(w.engines.size()) + per_node - 1) / per_node;
+          weight_delivery d;
+          d.subscriber = "engines";
+          d.version = st.version;
+          d.backend = "simulated";
+          d.seconds = double(nodes * transfer) * 1e-9;
+          self->delayed_send(st.controller, std::chrono::nanoseconds(nodes * transfer), std::vector<weight_delivery>{d});
         }
       },
   };

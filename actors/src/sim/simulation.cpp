@@ -145,6 +145,7 @@ sim_result simulate(const sim_setup& setup) {
   c.member_timeout = std::chrono::hours(24 * 365 * 100);
   c.trainer_timeout = std::chrono::hours(24 * 365 * 100);
   c.listener = caf::actor_cast<done_listener_actor>(listener);
+  c.remote_weights = !setup.colocated;  // admission counts from the weights the engines hold (sim_members.cpp)
   auto controller = spawn_controller(sys, std::move(c));
 
   sim_result out;

@@ -3,6 +3,7 @@
 // buffer (which scored trajectories form the next training batch).
 #pragma once
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <deque>
@@ -16,9 +17,11 @@
 namespace areal {
 
 /// Admission under the staleness bound eta (ARCHITECTURE.md section 2). With B
-/// the batch size in trajectories, v the current policy version, `accepted` the
-/// trajectories delivered to the buffer and `running` those in flight, a request
-/// may start while
+/// the batch size in trajectories, v the policy version the rollout workers
+/// generate with (the trainer's, or when weights travel to other nodes the last
+/// one delivered: see `follow_deliveries`), `accepted` the trajectories
+/// delivered to the buffer and `running` those in flight, a request may start
+/// while
 ///     min(max_concurrent - running, (eta + v + 1) * B - (accepted + running),
 ///         limit - (accepted + running)) > 0,
 /// with `limit` what the run will still train (limit_total).
@@ -39,6 +42,16 @@ class staleness_gate {
   void discard(int64_t n);
   /// The policy version advanced (after a training step).
   void set_version(int64_t version);
+  /// From now on admission counts from the version whose weights reached the
+  /// rollout workers (`delivered`), not from the trainer's: a request started
+  /// while the new weights are still on their way generates with the old ones,
+  /// and is trained eta versions after the new one (in a four-process run at
+  /// eta 2, 27% of the samples admitted so were dropped as staler than the
+  /// bound). The reference system gates on the version its servers loaded too.
+  void follow_deliveries();
+  /// The weights of `version` reached the rollout workers (or their delivery
+  /// settled otherwise: a failed transfer does not hold admission forever).
+  void delivered(int64_t version);
   /// No more than `trajectories` accepted and running together: a run of a
   /// known length admits what its remaining steps train and a spare batch
   /// (controller_state.hpp), not eta + 1 batches beyond its end (a 30-step run
@@ -53,6 +66,8 @@ class staleness_gate {
   void restore(int64_t version);
 
   int64_t version() const { return version_; }
+  /// The version admission counts from: `version()`, or the delivered one when behind.
+  int64_t admission_version() const { return follows_deliveries_ ? std::min(version_, delivered_) : version_; }
   int64_t accepted() const { return accepted_; }
   int64_t running() const { return running_; }
   int64_t admitted_total() const { return admitted_total_; }
@@ -63,6 +78,8 @@ class staleness_gate {
   int64_t batch_size_, eta_, max_concurrent_;
   int64_t version_ = 0, accepted_ = 0, running_ = 0, admitted_total_ = 0;
   int64_t limit_ = INT64_MAX;
+  bool follows_deliveries_ = false;
+  int64_t delivered_ = 0;
 };
 
 /// Collects the summaries of scored trajectories by group (the n samples of one
