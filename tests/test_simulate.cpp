@@ -95,6 +95,12 @@ TEST_CASE("the staleness bound of the real controller holds in virtual time") {
   // More samples in flight keep the engines busier and finish sooner.
   CHECK(bounded.virtual_seconds < sync.virtual_seconds);
   CHECK(bounded.engine_busy_share > sync.engine_busy_share);
+  // Synchronous: every sample is admitted once its weights reached the engines (the controller hears
+  // of each version's delivery), so none is stale when trained; one version ahead, the long tail
+  // completes some groups after their deadline, and the controller drops them.
+  MESSAGE("scored samples dropped: sync " << sync.dropped_samples << ", eta 1 " << bounded.dropped_samples);
+  CHECK(sync.dropped_samples == 0);
+  CHECK(bounded.dropped_samples > 0);
 }
 
 TEST_CASE("new weights interrupt sequences in flight, or wait for them") {
@@ -329,6 +335,8 @@ TEST_CASE("areal simulate prints its result and writes the JSON and schedule log
   std::string text((std::istreambuf_iterator<char>(j)), {});
   CHECK(text.find("\"steady_tokens_per_s\"") != std::string::npos);
   CHECK(text.find("\"generated_tokens\"") != std::string::npos);
+  CHECK(text.find("\"dropped_samples\"") != std::string::npos);
+  CHECK_MESSAGE(out.str().find("scored samples dropped") != std::string::npos, out.str());
   CHECK_MESSAGE(out.str().find("response tokens generated") != std::string::npos, out.str());
   std::ifstream l(log);
   std::string first;

@@ -416,7 +416,7 @@ caf::behavior store_behavior(caf::stateful_actor<store_state>* self, sim_world* 
       [self](forget_atom, std::vector<uint64_t>& slots) {
         timed_handler timed{*self->state.world};
         for (auto s : slots)
-          self->state.slots.erase(s);
+          self->state.world->dropped_samples += static_cast<int64_t>(self->state.slots.erase(s));
       },
       [self](train_atom, std::vector<uint64_t>& slots) {
         timed_handler timed{*self->state.world};

@@ -35,6 +35,7 @@ struct sim_world {
   uint64_t hash = 1469598103934665603ULL;
   // Counters.
   int64_t generated_tokens = 0, interruptions = 0;
+  int64_t dropped_samples = 0;  // scored, then let go by the controller (forget_atom)
   int64_t prefill_tokens = 0;  // computed by the engines' prefills, re-prefills included
   int64_t engine_busy_ns = 0, reprefill_ns = 0, trainer_busy_ns = 0;
   std::vector<step_point> trained;

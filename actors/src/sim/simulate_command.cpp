@@ -74,6 +74,7 @@ nlohmann::json result_json(const sim_result& r) {
           {"interruptions", r.interruptions},
           {"generated_tokens", r.generated_tokens},
           {"trained_response_tokens", r.trained_response_tokens},
+          {"dropped_samples", r.dropped_samples},
           {"wall_s", r.wall_seconds},
           {"events", r.events},
           {"schedule_hash", fmt::format("{:016x}", r.schedule_hash)},
@@ -112,13 +113,14 @@ int simulate_command(const run_config& config, std::ostream& out, std::ostream& 
   out << fmt::format(
       "result: {} steps in {:.1f} s of virtual time ({}{}); {:.0f} trained tokens/s over the run, {:.0f} once "
       "the pipeline is full; {:.1f} samples/s; engines busy {:.1f}% (re-prefill {:.1f}%), trainer busy {:.1f}%; "
-      "staleness <= {}; {} interrupted sequences; {} response tokens generated, {:.1f}% of them trained\n"
+      "staleness <= {}; {} interrupted sequences; {} response tokens generated, {:.1f}% of them trained; {} "
+      "scored samples dropped\n"
       "simulated in {:.1f} s ({} messages); schedule hash {:016x}\n",
       r.steps, r.virtual_seconds, r.exit_code == 0 ? "" : "FAILED: ", r.end_reason, r.trained_tokens_per_second(),
       r.steady_tokens_per_second(), r.samples_per_second(), 100 * r.engine_busy_share, 100 * r.reprefill_share,
       100 * r.trainer_busy_share, r.max_staleness, r.interruptions, r.generated_tokens,
       r.generated_tokens > 0 ? 100.0 * double(r.trained_response_tokens) / double(r.generated_tokens) : 0.0,
-      r.wall_seconds, r.events, r.schedule_hash);
+      r.dropped_samples, r.wall_seconds, r.events, r.schedule_hash);
   if (!c.log_path.empty()) {
     std::ofstream(c.log_path) << r.schedule_log;
     out << "schedule log: " << c.log_path << "\n";

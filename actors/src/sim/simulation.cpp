@@ -180,6 +180,7 @@ sim_result simulate(const sim_setup& setup) {
   }
   out.generated_tokens = world.generated_tokens;
   out.trained_response_tokens = out.trained_tokens - out.trained_samples * setup.work.prompt_tokens;
+  out.dropped_samples = world.dropped_samples;
   out.interruptions = world.interruptions;
   out.prefill_tokens = world.prefill_tokens;
   double span_ns = out.virtual_seconds * 1e9;

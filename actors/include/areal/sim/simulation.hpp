@@ -78,6 +78,9 @@ struct sim_result {
   int64_t generated_tokens = 0;  // response tokens generated (all, trained or not)
   // Of the generated tokens, those in trained samples (the rest: dropped, or in flight at the end).
   int64_t trained_response_tokens = 0;
+  // Scored samples the controller dropped (staler than the bound when their batch formed); the
+  // in-flight ones at the run's end are not counted.
+  int64_t dropped_samples = 0;
   int64_t interruptions = 0;     // sequences whose cache was recomputed after new weights
   int64_t prefill_tokens = 0;    // tokens the engines' prefills computed (re-prefills included)
   int64_t max_staleness = 0;     // over the trained batches, in versions
