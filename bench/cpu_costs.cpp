@@ -4,7 +4,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <map>
 #include <random>
 #include <thread>
 
@@ -131,8 +130,10 @@ decode_points time_decode(kernels::policy_model& model, parts& p, int threads, b
 std::vector<kernels::rl_sample> training_batch(kernels::policy_model& model, parts& p, int64_t size) {
   kernels::generation_engine engine(model, rollout_engine_config(p.config, model.config()));
   auto group = std::max<int64_t>(1, p.config.rl.group_size);
-  uint64_t id = 100000;
-  for (int64_t g = 0; g < std::max<int64_t>(1, size / group); ++g) {
+  auto groups = std::max<int64_t>(1, size / group);
+  const uint64_t first_id = 100000;
+  uint64_t id = first_id;
+  for (int64_t g = 0; g < groups; ++g) {
     auto prompt = make_job(p, id, true, p.config.rl.max_new_tokens).prompt;
     for (int64_t i = 0; i < group; ++i) {
       auto job = make_job(p, id++, true, p.config.rl.max_new_tokens);
@@ -140,13 +141,10 @@ std::vector<kernels::rl_sample> training_batch(kernels::policy_model& model, par
       engine.submit(std::move(job));
     }
   }
-  std::map<uint64_t, std::vector<kernels::generation_output>> groups;  // by the group's first id
+  std::vector<std::vector<kernels::generation_output>> order(static_cast<size_t>(groups));  // by group
   for (auto& out : engine.run_to_completion())
     if (!out.tokens.empty())
-      groups[(out.id - 100000) / static_cast<uint64_t>(group)].push_back(std::move(out));
-  std::vector<std::vector<kernels::generation_output>> order;
-  for (auto& [g, members] : groups)
-    order.push_back(std::move(members));
+      order[(out.id - first_id) / static_cast<uint64_t>(group)].push_back(std::move(out));
   std::mt19937 rng{5};
   std::shuffle(order.begin(), order.end(), rng);
   std::vector<kernels::rl_sample> batch;

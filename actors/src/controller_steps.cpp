@@ -442,14 +442,10 @@ void weights_delivered(controller_pointer self, const std::vector<weight_deliver
   // missed the deadline): admission counts from its version now. Its reports
   // carry that version, or a newer one a subscriber caught up to, or none
   // (INT64_MAX) for a subscriber lost meanwhile.
-  auto settled = self->state.stats.version;
-  bool any = false;
+  auto settled = INT64_MAX;
   for (auto& r : reports)
-    if (r.version != INT64_MAX) {
-      settled = any ? std::min(settled, r.version) : r.version;
-      any = true;
-    }
-  self->state.gate->delivered(settled);
+    settled = std::min(settled, r.version);
+  self->state.gate->delivered(settled == INT64_MAX ? self->state.stats.version : settled);
   for (auto& r : reports) {
     if (!r.error.empty()) {
       self->state.metrics->transfer_failed();

@@ -482,20 +482,21 @@ caf::behavior store_behavior(caf::stateful_actor<store_state>* self, sim_world* 
         // The weights go to each node of engines in turn (colocated: already in place).
         auto per_node = std::max<int64_t>(1, w.setup.costs->devices_per_node() / w.setup.costs->devices_per_engine());
         auto transfer = w.setup.colocated ? 0 : to_ns(w.setup.costs->transfer_seconds());
+        int64_t last = 0;  // when the last node has them
         for (size_t e = 0; e < w.engines.size(); ++e) {
           auto node = static_cast<int64_t>(e) / per_node;
+          last = std::max(last, (node + 1) * transfer);
           self->delayed_send(w.engines[e], std::chrono::nanoseconds((node + 1) * transfer), weights_atom::value,
                              st.version);
         }
         // As the job's publisher does: the controller learns when the last node has them (it admits from then).
         if (!w.setup.colocated && st.controller) {
-          auto nodes = (static_cast<int64_t>(w.engines.size()) + per_node - 1) / per_node;
           weight_delivery d;
           d.subscriber = "engines";
           d.version = st.version;
           d.backend = "simulated";
-          d.seconds = double(nodes * transfer) * 1e-9;
-          self->delayed_send(st.controller, std::chrono::nanoseconds(nodes * transfer), std::vector<weight_delivery>{d});
+          d.seconds = double(last) * 1e-9;
+          self->delayed_send(st.controller, std::chrono::nanoseconds(last), std::vector<weight_delivery>{d});
         }
       },
   };
