@@ -52,6 +52,7 @@
 #include "areal/actors/rl_job.hpp"
 #include "areal/kernels/allocator.hpp"
 #include "areal/kernels/engine.hpp"
+#include "areal/runtime/cpus.hpp"
 #include "areal/runtime/log.hpp"
 
 namespace fs = std::filesystem;
@@ -102,8 +103,8 @@ int main(int argc, char** argv) {
   auto opts = bench::parse_options(argc, argv, usage);
   int threads = std::max(1, opts.threads);
   auto facts = kernels::probe_blas();
-  std::cout << "bench_async_vs_sync: " << threads << " compute threads (" << std::thread::hardware_concurrency()
-            << " hardware threads); " << kernels::describe(facts) << (opts.quick ? "; --quick" : "") << "\n";
+  std::cout << "bench_async_vs_sync: " << threads << " compute threads (" << areal::cpus().describe() << "); "
+            << kernels::describe(facts) << (opts.quick ? "; --quick" : "") << "\n";
   spdlog::set_level(spdlog::level::warn);
 
   std::vector<workload> workloads = {

@@ -18,6 +18,7 @@
 #include "areal/kernels/model_config.hpp"
 #include "areal/kernels/trainer.hpp"
 #include "areal/runtime/blas_core.hpp"
+#include "areal/runtime/cpus.hpp"
 
 namespace areal::bench {
 
@@ -45,7 +46,7 @@ inline balanced_and_even measure_balanced_and_even(int rounds, const std::functi
 struct options {
   bool quick = false;
   std::string json_path;
-  int threads = static_cast<int>(std::thread::hardware_concurrency());
+  int threads = areal::cpus().usable();  // the CPUs this process may use (affinity, cgroup quota)
 };
 
 /// Fits OpenBLAS's kernels to the CPU (it may execute the benchmark again),

@@ -34,6 +34,7 @@
 #include "areal/kernels/device.hpp"
 #include "areal/kernels/kv_cache.hpp"
 #include "areal/kernels/sampling.hpp"
+#include "areal/runtime/cpus.hpp"
 #include "bench_common.hpp"
 
 using namespace areal::kernels;
@@ -282,8 +283,8 @@ int main(int argc, char** argv) {
   nlohmann::json out;
   auto facts = probe_blas();
   std::cout << "device: " << device_name << "; LibTorch " << TORCH_VERSION
-            << (cuda_available() ? " with CUDA" : ", no CUDA") << "; " << std::thread::hardware_concurrency()
-            << " hardware threads; " << describe(facts) << "\n";
+            << (cuda_available() ? " with CUDA" : ", no CUDA") << "; " << areal::cpus().describe() << "; "
+            << describe(facts) << "\n";
   out["device"] = device_name;
   out["libtorch"] = TORCH_VERSION;
   out["cuda"] = cuda_available();

@@ -29,10 +29,11 @@
 #include "areal/actors/endpoint.hpp"
 #include "areal/actors/node.hpp"
 #include "areal/actors/rollout.hpp"
-#include "areal/kernels/compute_threads.hpp"
 #include "areal/kernels/allocator.hpp"
+#include "areal/kernels/compute_threads.hpp"
 #include "areal/kernels/model.hpp"
 #include "areal/runtime/config.hpp"
+#include "areal/runtime/cpus.hpp"
 
 using namespace areal;
 using namespace areal::kernels;
@@ -163,10 +164,10 @@ int main(int argc, char** argv) {
   auto config = kernels::preset("tiny", tok->vocab_size());
   auto model = std::make_shared<policy_model>(config);
   model->init_random(1, 0.02);
-  std::cout << "bench_endpoint: " << threads << " compute threads (" << std::thread::hardware_concurrency()
-            << " hardware threads); " << kernels::describe(facts) << "; tiny preset (" << model->flat().numel()
-            << " parameters); prompt " << prompt_length << " ids, up to " << new_tokens << " new tokens"
-            << (opts.quick ? "; --quick" : "") << "\n";
+  std::cout << "bench_endpoint: " << threads << " compute threads (" << areal::cpus().describe() << "); "
+            << kernels::describe(facts) << "; tiny preset (" << model->flat().numel() << " parameters); prompt "
+            << prompt_length << " ids, up to " << new_tokens << " new tokens" << (opts.quick ? "; --quick" : "")
+            << "\n";
 
   caf::actor_system_config cfg;
   configure_actor_system(cfg, cluster_spec{"bench"});

@@ -40,6 +40,7 @@
 #include "areal/kernels/blas_probe.hpp"
 #include "areal/kernels/compute_threads.hpp"
 #include "areal/kernels/engine.hpp"
+#include "areal/runtime/cpus.hpp"
 
 using namespace areal;
 using namespace areal::kernels;
@@ -176,8 +177,7 @@ int main(int argc, char** argv) {
   at::NoGradGuard no_grad;
   nlohmann::json out;
   auto facts = probe_blas();
-  std::cout << "machine: " << std::thread::hardware_concurrency() << " hardware threads; " << describe(facts) << "; "
-            << allocator << "\n";
+  std::cout << "machine: " << areal::cpus().describe() << "; " << describe(facts) << "; " << allocator << "\n";
   out["bench"] = "bench_generation";
   out["threads"] = facts.intra_op_threads;
   out["blas"] = facts.library;

@@ -25,6 +25,7 @@
 
 #include "areal/actors/node.hpp"
 #include "areal/actors/reward_pool.hpp"
+#include "areal/runtime/cpus.hpp"
 
 extern char** environ;
 
@@ -104,8 +105,9 @@ int main(int argc, char** argv) {
   nlohmann::json out;
   const std::string python = "/usr/bin/python3";
   out["hardware_threads"] = std::thread::hardware_concurrency();
+  out["usable_cpus"] = areal::cpus().usable();
   out["root"] = geteuid() == 0;
-  std::cout << "machine: " << std::thread::hardware_concurrency() << " hardware threads; running as "
+  std::cout << "machine: " << areal::cpus().describe() << "; running as "
             << (geteuid() == 0 ? "root (programs run as their own uids)" : "an unprivileged user") << "; " << python
             << "; this process resident " << resident_mb() << " MB (each sandbox run forks it: its page tables are "
             << "copied, plain python3 is posix_spawn'ed)\n";
@@ -179,7 +181,7 @@ int main(int argc, char** argv) {
 
   // Direct calls on as many threads as the machine has: each thread's own rate (GiNaC goes to a
   // thread's algebra process when another thread is using it in this one).
-  unsigned hardware = std::max(2u, std::thread::hardware_concurrency());
+  unsigned hardware = static_cast<unsigned>(std::max(2, areal::cpus().usable()));
   for (auto& w : workloads()) {
     if (w.task.kind == task_kind::code)
       continue;  // the sandbox's cost is per run, not per thread

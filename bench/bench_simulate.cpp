@@ -28,6 +28,7 @@
 
 #include "areal/kernels/allocator.hpp"
 #include "areal/runtime/blas_core.hpp"
+#include "areal/runtime/cpus.hpp"
 #include "areal/sim/simulate_command.hpp"
 #include "areal/sim/simulation.hpp"
 #include "sim_validation.hpp"
@@ -109,13 +110,12 @@ int main(int argc, char** argv) {
   auto opts = parse(argc, argv);
   spdlog::set_level(spdlog::level::warn);  // the controller's lines of every simulated run
   auto started = std::chrono::steady_clock::now();
-  nlohmann::json report = {{"bench", "bench_simulate"}, {"quick", opts.quick}, {"threads", std::thread::hardware_concurrency()}};
+  nlohmann::json report = {{"bench", "bench_simulate"}, {"quick", opts.quick}, {"threads", areal::cpus().usable()}};
   std::cout << "bench_simulate: virtual-time runs of the real controller with simulated H800 members ("
-            << std::thread::hardware_concurrency() << " hardware threads; the simulation runs on one)"
-            << (opts.quick ? "; --quick" : "") << "\n\n";
+            << areal::cpus().describe() << "; the simulation runs on one)" << (opts.quick ? "; --quick" : "") << "\n\n";
   // (f) Validation on this machine.
   auto validate = [&] {
-    auto threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    auto threads = areal::cpus().usable();
     std::cout << fmt::format("\n(f) validation on this machine ({} compute threads): the real job's rows of "
                              "bench_async_vs_sync (demo workload) against the simulator with the cost model measured "
                              "here now\n",

@@ -39,6 +39,7 @@
 #include "areal/kernels/fused_layers.hpp"
 #include "areal/kernels/logprobs.hpp"
 #include "areal/kernels/trainer.hpp"
+#include "areal/runtime/cpus.hpp"
 
 using namespace areal::kernels;
 using areal::bench::seconds_since;
@@ -133,7 +134,7 @@ int main(int argc, char** argv) {
   set_compute_threads(threads);
   nlohmann::json out;
   auto facts = probe_blas();
-  std::cout << "machine: " << std::thread::hardware_concurrency() << " hardware threads; " << describe(facts) << "\n";
+  std::cout << "machine: " << areal::cpus().describe() << "; " << describe(facts) << "\n";
   out["threads"] = facts.intra_op_threads;
 
   // Chunked vs naive log-probabilities at Qwen2's vocabulary (first, and chunked before naive: the peak RSS only

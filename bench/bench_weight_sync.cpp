@@ -43,6 +43,7 @@
 
 #include "areal/kernels/allocator.hpp"
 #include "areal/kernels/compute_threads.hpp"
+#include "areal/runtime/cpus.hpp"
 
 using namespace areal;
 using namespace std::chrono_literals;
@@ -253,10 +254,10 @@ int main(int argc, char** argv) {
   // noise moved single runs by 0.6-1.1x of the ceiling: many repetitions there.
   auto repetitions_at = [&](size_t mib) { return mib >= 512 ? 3 : options.quick ? 7 : 11; };
   std::printf(
-      "bench_weight_sync: %u hardware threads, chunk %llu KiB, loopback TCP, %d (64 MiB) or %d (512 MiB) timed "
+      "bench_weight_sync: %s, chunk %llu KiB, loopback TCP, %d (64 MiB) or %d (512 MiB) timed "
       "transfers after a warm-up, each paired with a raw TCP transfer just before it (medians shown; vs_raw_tcp: "
       "the median of the pairs' ratios)\n",
-      std::thread::hardware_concurrency(), static_cast<unsigned long long>(weight_publisher_setup{}.chunk_bytes / 1024),
+      areal::cpus().describe().c_str(), static_cast<unsigned long long>(weight_publisher_setup{}.chunk_bytes / 1024),
       repetitions_at(64), repetitions_at(512));
   std::printf("machine: %s\nallocator: %s\nchunk checksum: %s\n", kernels::describe(kernels::probe_blas()).c_str(),
               allocator.c_str(), chunk_checksum_kind());

@@ -15,6 +15,7 @@
 
 #include "areal/actors/node.hpp"
 #include "areal/kernels/blas_probe.hpp"
+#include "areal/runtime/cpus.hpp"
 #include "bench_common.hpp"
 
 using namespace areal;
@@ -70,8 +71,8 @@ int main(int argc, char** argv) {
   fit_blas_core(argc, argv);
   bool quick = argc > 1 && std::string{argv[1]} == "--quick";
   auto facts = kernels::probe_blas();
-  std::cout << "machine: " << std::thread::hardware_concurrency() << " hardware threads; " << kernels::describe(facts)
-            << "; fp32 GEMM 512^3 " << kernels::measure_gemm_gflops(512, 3) << " GFLOP/s (1 thread)\n";
+  std::cout << "machine: " << areal::cpus().describe() << "; " << kernels::describe(facts) << "; fp32 GEMM 512^3 "
+            << kernels::measure_gemm_gflops(512, 3) << " GFLOP/s (1 thread)\n";
 
   auto record = make_trajectory(256, 1024);
   auto bytes = *encode(record);

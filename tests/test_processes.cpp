@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <fcntl.h>
+#include <sched.h>
 
 #include "node_process.hpp"
 
@@ -176,6 +177,34 @@ TEST_CASE("the single-node default runs the RL job; SIGINT checkpoints it and --
   node_process nothing(with({"--run-dir", (dir.path / "empty").string(), "--resume"}), dir.path / "c.log", dir.path);
   CHECK(nothing.wait_exit(20s) == 2);
   CHECK(nothing.log().find("no checkpoint in") != std::string::npos);
+}
+
+TEST_CASE("a node given more compute threads than the CPUs it may use says so at the start") {
+  // Bound to one CPU of those this test may use (taskset, from util-linux), with two compute threads.
+  cpu_set_t allowed;
+  REQUIRE(sched_getaffinity(0, sizeof allowed, &allowed) == 0);
+  int first = 0;
+  while (!CPU_ISSET(first, &allowed))
+    ++first;
+  auto bound = [first](int threads) {
+    std::vector<std::string> args{"-c", std::to_string(first), AREAL_BINARY};
+    for (auto& a : ci_sized_default(
+             {"--set", "nodes.local.compute_threads=" + std::to_string(threads), "--set", "rl.steps=1", "--fresh"}))
+      args.push_back(a);
+    return args;
+  };
+  scratch_dir dir{"oversubscribed"};
+  node_process run(bound(2), dir.path / "out.log", dir.path, "/usr/bin/taskset");
+  CHECK_MESSAGE(run.wait_exit(60s) == 0, run.log());
+  CHECK_MESSAGE(run.log().find("2 compute thread(s) on 1 usable CPU (") != std::string::npos, run.log());
+  CHECK(run.log().find("nodes.local.compute_threads = 2 exceeds this process's 1 usable CPU") != std::string::npos);
+  CHECK(run.log().find("set compute_threads to 1 or fewer") != std::string::npos);
+  CHECK(run.log().find("run complete") != std::string::npos);  // a warning: the run goes on
+  // With one compute thread, no warning.
+  node_process fits(bound(1), dir.path / "fits.log", dir.path, "/usr/bin/taskset");
+  CHECK_MESSAGE(fits.wait_exit(60s) == 0, fits.log());
+  CHECK(fits.log().find("1 compute thread(s) on 1 usable CPU (") != std::string::npos);
+  CHECK(fits.log().find("exceeds this process's") == std::string::npos);
 }
 
 TEST_CASE("bad configuration exits 2 before starting anything") {

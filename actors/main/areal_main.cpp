@@ -17,6 +17,7 @@
 #include "areal/runtime/blas_core.hpp"
 #include "areal/runtime/certs.hpp"
 #include "areal/runtime/cli.hpp"
+#include "areal/runtime/cpus.hpp"
 #include "areal/runtime/failpoints.hpp"
 #include "areal/runtime/files.hpp"
 #include "areal/runtime/log.hpp"
@@ -139,6 +140,10 @@ int main(int argc, char** argv) {
   spdlog::info("resolved configuration written to {}", resolved.string());
   auto facts = areal::kernels::probe_blas();
   spdlog::info("{}", areal::kernels::describe(facts));
+  auto& budget = areal::cpus();
+  spdlog::info("{} compute thread(s) on {}", node.compute_threads, budget.describe());
+  if (auto w = areal::oversubscription_warning(node.name, static_cast<int>(node.compute_threads), budget); !w.empty())
+    spdlog::warn("{}", w);
   if (runs_job)  // the machine facts the report shows beside the run's figures
     try {
       auto& core = areal::blas_core();
@@ -147,6 +152,8 @@ int main(int argc, char** argv) {
       nlohmann::json machine = {{"areal", AREAL_VERSION},
                                 {"host", host},
                                 {"hardware_threads", std::thread::hardware_concurrency()},
+                                {"usable_cpus", budget.usable()},
+                                {"cpus", budget.describe()},
                                 {"compute_threads", node.compute_threads},
                                 {"intra_op_threads", facts.intra_op_threads},
                                 {"blas", facts.library},
