@@ -108,6 +108,42 @@ TEST_CASE("with weights on other nodes, admission counts from the version delive
   CHECK(local.capacity() == 4);
 }
 
+TEST_CASE("work sent to a rollout node counts from the version that node reported, the settled one at least") {
+  staleness_gate gate(4, 1, 100);
+  gate.follow_deliveries();
+  gate.admit(8, "gen-a");  // (eta + 0 + 1) 4
+  for (int i = 0; i < 8; ++i)
+    gate.finish(true);
+  gate.set_version(2);
+  CHECK(gate.capacity() == 0);
+  CHECK(gate.capacity("gen-a") == 0);
+  gate.delivered_to("gen-a", 2);  // gen-a holds version 2; the publication has not settled (gen-b fetches)
+  CHECK(gate.admission_version("gen-a") == 2);
+  CHECK(gate.capacity("gen-a") == 8);  // (1 + 2 + 1) 4 - 8
+  CHECK(gate.capacity("gen-b") == 0);
+  CHECK(gate.capacity("") == 0);  // a member of this process: the settled version
+  CHECK(gate.capacity() == 0);
+  gate.delivered_to("gen-a", 1);  // an older report takes nothing back
+  CHECK(gate.capacity("gen-a") == 8);
+  gate.delivered(1);  // version 1 settled: the floor for every node
+  CHECK(gate.capacity("gen-b") == 4);
+  CHECK(gate.capacity("gen-a") == 8);
+  gate.delivered_to("gen-b", 5);  // ahead of the trainer: counts only up to its version
+  CHECK(gate.admission_version("gen-b") == 2);
+  gate.admit(8, "gen-a");
+  CHECK(gate.capacity("gen-b") == 0);
+  CHECK_THROWS_AS(gate.admit(1, "gen-b"), std::logic_error);
+  gate.restore(3);  // a resume: every node reports again
+  CHECK(gate.admission_version("gen-a") == 3);
+  CHECK(gate.capacity("gen-a") == gate.capacity());
+
+  staleness_gate local(4, 1, 100);  // without following deliveries a node's report changes nothing
+  local.set_version(1);
+  local.delivered_to("gen-a", 0);
+  CHECK(local.capacity("gen-a") == local.capacity());
+  CHECK(local.admission_version("gen-a") == 1);
+}
+
 TEST_CASE("restoring after a resume resets the counters to the version") {
   staleness_gate gate(4, 1, 100);
   gate.restore(5);

@@ -426,6 +426,57 @@ TEST_CASE("with weights published to other nodes, admission waits for each versi
     CHECK(r.admitted_version <= 3);
 }
 
+TEST_CASE("a rollout node that reports a version gets work at once; one that has not gets none until it settles") {
+  fixture f;
+  const int64_t batch = 8;
+  auto cs = f.setup(4, batch, 1, 8);  // eta 1
+  cs.remote_weights = true;
+  cs.reward = f.reward();
+  auto controller = f.controller(std::move(cs));
+  // Two rollout nodes, each counting the requests it gets.
+  std::map<std::string, int> sent_to;
+  for (std::string node : {"gen-a", "gen-b"}) {
+    rollout_behaviour counting;
+    counting.decide = [&sent_to, node](const generation_request&, int) {
+      ++sent_to[node];
+      return answer::trajectory;
+    };
+    caf::anon_send(controller, join_atom::value, node, std::string{"rollout"},
+                   caf::actor_cast<caf::actor>(f.rollout(counting)));
+  }
+  f.run();
+  // eta + 1 batches for version 0 (all to gen-a, the first to join); trained into version 2, which no node
+  // holds yet.
+  CHECK(f.rec->version == 2);
+  REQUIRE(f.rec->requests.size() == 2 * batch);
+  auto before = sent_to;
+  // gen-a holds version 2 (its report, as the publisher forwards it): two batches more, all to gen-a,
+  // while gen-b, still fetching, gets nothing.
+  caf::anon_send(controller, weight_delivery{"gen-a", 2, "gloo", 0, 0.0, 0, {}});
+  f.run();
+  CHECK(f.rec->requests.size() == 4 * batch);
+  CHECK(sent_to["gen-a"] == before["gen-a"] + 2 * static_cast<int>(batch));
+  CHECK(sent_to["gen-b"] == before["gen-b"]);
+  CHECK(f.rec->version == 4);
+  // A failed or lost report raises nothing.
+  caf::anon_send(controller, weight_delivery{"gen-b", 4, "gloo", 0, 0.0, 0, "transfer cut"});
+  caf::anon_send(controller, weight_delivery{"gen-b", INT64_MAX, "", 0, 0.0, 0, "subscriber lost"});
+  f.run();
+  CHECK(f.rec->requests.size() == 4 * batch);
+  CHECK(sent_to["gen-b"] == 0);
+  // Version 4 settles for everyone: the run goes on and ends, every request within the bound of the
+  // version its node held (the i-th admitted sample: floor((i - 1) / batch) <= held + eta).
+  caf::anon_send(controller, std::vector<weight_delivery>{{"gen-a", 4, "gloo", 0, 0.0, 0, {}},
+                                                          {"gen-b", 4, "gloo", 0, 0.0, 0, {}}});
+  f.run();
+  caf::anon_send(controller, std::vector<weight_delivery>{{"gen-a", 8, "gloo", 0, 0.0, 0, {}},
+                                                          {"gen-b", 8, "gloo", 0, 0.0, 0, {}}});
+  f.run();
+  CHECK(f.rec->done);
+  CHECK(f.rec->why == "run complete");
+  CHECK(f.rec->version == 8);
+}
+
 TEST_CASE("a sample that no member ever answers is reported where it is, not lost") {
   fixture f;
   auto cs = f.setup(4, 8, 1, 4);

@@ -282,6 +282,39 @@ TEST_CASE("a subscriber that takes the announcement and never reports is settled
   (*t.receiver.self)->send_exit(silent, caf::exit_reason::kill);
 }
 
+TEST_CASE("a watcher hears each subscriber's report as it comes, while a silent one holds the version") {
+  auto setup = setup_for(weight_backend::caf);
+  setup.timeout = 60s;  // the silent subscriber holds the version that long; the test ends before
+  two_systems t{setup};
+  t.publish(make_weights(1, 1000));
+  auto sub = t.subscribe(weight_backend::caf);
+  REQUIRE(t.wait_weights(1));
+  auto silent =
+      t.receiver.sys->spawn([](caf::event_based_actor*) -> caf::behavior { return {[](packed<weight_manifest>&) {}}; });
+  (*t.receiver.self)
+      ->request(t.remote_publisher, 5s, subscribe_atom::value, std::string{"silent"}, silent)
+      .receive([](packed<weight_manifest>&, std::string&) {}, [](caf::error& e) { FAIL(describe(e)); });
+  // Version 2 published with the sending side's scoped actor as the watcher; the reply (the settled
+  // reports) goes to another actor, which records that it came.
+  auto settled = std::make_shared<std::atomic<bool>>(false);
+  auto watcher = caf::actor{*t.sender.self};
+  auto requester = t.sender.sys->spawn([publisher = t.publisher, watcher, settled](caf::event_based_actor* self) {
+    self->request(publisher, 90s, publish_atom::value, make_weights(2, 1000), watcher)
+        .then([settled](std::vector<weight_delivery>&) { *settled = true; });
+  });
+  std::optional<weight_delivery> heard;
+  (*t.sender.self)->receive([&](weight_delivery& d) { heard = d; }, caf::after(20s) >> [] {});
+  bool was_settled = *settled;
+  (*t.sender.self)->send_exit(requester, caf::exit_reason::kill);
+  (*t.receiver.self)->send_exit(silent, caf::exit_reason::kill);
+  (*t.receiver.self)->send_exit(sub, caf::exit_reason::user_shutdown);
+  REQUIRE(heard);
+  CHECK(heard->subscriber == "receiver");
+  CHECK(heard->version == 2);
+  CHECK(heard->error.empty());
+  CHECK_FALSE(was_settled);  // "silent" had not reported: the version had not settled
+}
+
 TEST_CASE("a subscriber that joins late starts at the newest version") {
   two_systems t{setup_for(weight_backend::gloo)};
   for (int64_t v = 1; v <= 3; ++v)

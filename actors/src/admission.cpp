@@ -13,9 +13,16 @@ staleness_gate::staleness_gate(int64_t batch_size, int64_t eta, int64_t max_conc
     throw std::invalid_argument("staleness gate: batch size and max_concurrent must be positive, eta non-negative");
 }
 
-int64_t staleness_gate::capacity() const {
+int64_t staleness_gate::admission_version(const std::string& node) const {
+  if (!follows_deliveries_)
+    return version_;
+  auto it = node.empty() ? delivered_to_.end() : delivered_to_.find(node);
+  return std::min(version_, it == delivered_to_.end() ? delivered_ : std::max(delivered_, it->second));
+}
+
+int64_t staleness_gate::capacity(const std::string& node) const {
   auto by_concurrency = max_concurrent_ - running_;
-  auto by_staleness = (eta_ + admission_version() + 1) * batch_size_ - (accepted_ + running_);
+  auto by_staleness = (eta_ + admission_version(node) + 1) * batch_size_ - (accepted_ + running_);
   auto by_length = limit_ - (accepted_ + running_);
   return std::max<int64_t>(0, std::min({by_concurrency, by_staleness, by_length}));
 }
@@ -24,10 +31,10 @@ void staleness_gate::limit_total(int64_t trajectories) {
   limit_ = trajectories;
 }
 
-void staleness_gate::admit(int64_t n) {
-  if (n > capacity())
+void staleness_gate::admit(int64_t n, const std::string& node) {
+  if (n > capacity(node))
     throw std::logic_error("staleness gate: admitting " + std::to_string(n) + " with capacity " +
-                           std::to_string(capacity()));
+                           std::to_string(capacity(node)));
   running_ += n;
   admitted_total_ += n;
 }
@@ -57,9 +64,15 @@ void staleness_gate::delivered(int64_t version) {
   delivered_ = std::max(delivered_, version);
 }
 
+void staleness_gate::delivered_to(const std::string& node, int64_t version) {
+  auto& v = delivered_to_[node];
+  v = std::max(v, version);
+}
+
 void staleness_gate::restore(int64_t version) {
   version_ = version;
   delivered_ = version;  // a resumed run waits for the rollout workers to hold it (controller_trainer.cpp)
+  delivered_to_.clear();
   accepted_ = version * batch_size_;
   running_ = 0;
   admitted_total_ = accepted_;

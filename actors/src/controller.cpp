@@ -210,7 +210,7 @@ void dispatch(controller_pointer self, uint64_t worker, uint64_t pool, stream_sa
   // Saved by a checkpoint, its tokens are as old as its first admission.
   bool saved = !sample.scored.empty() || !sample.request.so_far.tokens.empty();
   if (!sample.admitted) {
-    st.gate->admit();
+    st.gate->admit(1, st.rollouts.at(worker).node);
     if (!saved)
       sample.request.admitted_version = st.gate->version();
     st.ledger.admit(id, sample.prompt_position, sample.request.admitted_version);
@@ -358,13 +358,16 @@ void fill(controller_pointer self) {
   if (st.setup.agent_episodes || !trainer_ready(st))
     return;  // the agents open episodes themselves; without a trainer nothing is admitted
   while (st.phase != run_phase::finished) {
-    auto worker = st.rollouts.least_loaded(st.setup.rollout_slots);
+    bool again = st.stream->next_is_retry();
+    if (!again && st.phase != run_phase::admitting)
+      return;
+    // The least loaded worker whose node the gate lets new work go to (each
+    // node counts from the version it holds: staleness_gate::delivered_to).
+    auto worker = st.rollouts.least_loaded(
+        st.setup.rollout_slots, [&](const auto& member) { return again || st.gate->capacity(member.node) > 0; });
     auto pool = st.rewards.least_loaded();
     if (!worker || !pool)
-      return;  // a sample goes out with both; a joining member calls fill again
-    bool again = st.stream->next_is_retry();
-    if (!again && (st.phase != run_phase::admitting || st.gate->capacity() <= 0))
-      return;
+      return;  // a sample goes out with both; a joining member, a delivery or a finished step calls fill again
     auto sample = st.stream->next();
     if (!sample) {
       st.phase = run_phase::draining;  // data exhausted: train what remains
@@ -411,6 +414,12 @@ controller_actor spawn_controller(caf::actor_system& sys, controller_setup setup
           on_join(self, node, role, handle);
         },
         [self](std::vector<weight_delivery>& reports) { weights_delivered(self, reports); },
+        [self](weight_delivery& report) {
+          if (!report.error.empty() || report.version == INT64_MAX)
+            return;  // a failed transfer or a lost subscriber: the node holds what it held
+          self->state.gate->delivered_to(report.subscriber, report.version);
+          fill(self);
+        },
         [self](episode_atom, std::string& task, std::string& holder) { return open_episode(self, task, holder); },
         [self](episode_atom, sample_summary& summary) { episode_ended(self, summary); },
         [self](episode_atom, uint64_t group, uint32_t index, std::string& why) {

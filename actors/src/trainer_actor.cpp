@@ -108,8 +108,9 @@ std::vector<kernels::rl_sample> to_samples(trainer_pointer self, const std::vect
   return samples;
 }
 
-// The new version goes out: through the publisher (its reports to `report_to`),
-// or straight to the rollout workers of this process.
+// The new version goes out: through the publisher (its reports to `report_to`:
+// each node's as it comes, and all of them once the version settles), or
+// straight to the rollout workers of this process.
 void publish(trainer_pointer self, const local_weights& weights, caf::actor report_to) {
   auto& st = self->state;
   if (!st.setup.publisher) {
@@ -117,7 +118,7 @@ void publish(trainer_pointer self, const local_weights& weights, caf::actor repo
       self->send(r, weights);
     return;
   }
-  self->request(st.setup.publisher, st.setup.publish_timeout, publish_atom::value, weights)
+  self->request(st.setup.publisher, st.setup.publish_timeout, publish_atom::value, weights, report_to)
       .then(
           [report_to](std::vector<weight_delivery>& reports) {
             if (report_to)

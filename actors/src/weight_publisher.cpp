@@ -104,6 +104,7 @@ struct publisher_state {
   std::shared_ptr<held_sums> sums = std::make_shared<held_sums>();  // their checksums
   std::map<std::string, subscriber_entry> subscribers;
   std::map<int64_t, pending_publish> pending;  // by version
+  caf::actor watcher;  // told each subscriber's intact report as it comes (the controller's admission)
   std::shared_ptr<gloo_rendezvous> rendezvous;
   bool bulk_failed = false;  // the bulk backend cannot start here: CAF messages for everyone
   uint64_t links = 0;
@@ -147,9 +148,13 @@ void settle(publisher_pointer self, int64_t version, bool deadline) {
   st.pending.erase(it);
 }
 
-// A report (or a loss) of `name` settles every pending version up to `version`.
+// A report (or a loss) of `name` settles every pending version up to `version`;
+// it also goes to the watcher at once (a settled version waits for the slowest
+// subscriber; each node's own report lets work go there before).
 void record(publisher_pointer self, const weight_delivery& report) {
   auto& st = self->state;
+  if (st.watcher)
+    caf::anon_send(st.watcher, report);
   std::vector<int64_t> versions;
   for (auto& [v, p] : st.pending)
     if (v <= report.version && p.waiting.erase(report.subscriber)) {
@@ -200,6 +205,45 @@ bulk_sender_actor::behavior_type bulk_sender(bulk_sender_actor::pointer self,
   };
 }
 
+// A new version: announced to every subscriber; the promise is kept until they all report.
+caf::result<std::vector<weight_delivery>> publish(publisher_pointer self, local_weights& w) {
+  auto& st = self->state;
+  if (!w.flat || !w.flat->is_contiguous())
+    return caf::make_error(caf::sec::invalid_argument, "publish: weights must be one contiguous buffer");
+  held_version h;
+  h.weights = w;
+  h.manifest = make_manifest(st.setup, w);
+  auto packed_manifest = pack(h.manifest);
+  if (!packed_manifest)
+    return packed_manifest.error();
+  h.packed_manifest = std::move(*packed_manifest);
+  h.sums = std::make_shared<chunk_sums>(h.manifest.chunk_count());
+  st.held.push_back(h);
+  while (st.held.size() > 2)
+    st.held.pop_front();
+  {
+    std::lock_guard<std::mutex> lock(st.sums->mutex);
+    st.sums->by_version.clear();
+    for (auto& kept : st.held)
+      st.sums->by_version[kept.weights.version] = kept.sums;
+  }
+  auto promise = self->make_response_promise<std::vector<weight_delivery>>();
+  auto& p = st.pending[w.version];
+  p.promise = promise;
+  for (auto& [name, sub] : st.subscribers) {
+    if (sub.local) {
+      caf::anon_send(sub.handle, w);
+      p.reports.push_back({name, w.version, "in-process", 0, 0.0, 0, {}});
+    } else {
+      self->send(caf::actor_cast<weight_subscriber_actor>(sub.handle), h.packed_manifest);
+      p.waiting.insert(name);
+    }
+  }
+  self->delayed_send(self, st.setup.timeout, publish_atom::value, w.version);
+  settle(self, w.version, false);
+  return promise;
+}
+
 weight_publisher_actor::behavior_type publisher_behavior(publisher_pointer self, weight_publisher_setup setup) {
   guard_exceptions(self, "weight publisher");
   self->state.setup = std::move(setup);
@@ -222,42 +266,10 @@ weight_publisher_actor::behavior_type publisher_behavior(publisher_pointer self,
     }
   });
   return {
-      [self](publish_atom, local_weights& w) -> caf::result<std::vector<weight_delivery>> {
-        auto& st = self->state;
-        if (!w.flat || !w.flat->is_contiguous())
-          return caf::make_error(caf::sec::invalid_argument, "publish: weights must be one contiguous buffer");
-        held_version h;
-        h.weights = w;
-        h.manifest = make_manifest(st.setup, w);
-        auto packed_manifest = pack(h.manifest);
-        if (!packed_manifest)
-          return packed_manifest.error();
-        h.packed_manifest = std::move(*packed_manifest);
-        h.sums = std::make_shared<chunk_sums>(h.manifest.chunk_count());
-        st.held.push_back(h);
-        while (st.held.size() > 2)
-          st.held.pop_front();
-        {
-          std::lock_guard<std::mutex> lock(st.sums->mutex);
-          st.sums->by_version.clear();
-          for (auto& kept : st.held)
-            st.sums->by_version[kept.weights.version] = kept.sums;
-        }
-        auto promise = self->make_response_promise<std::vector<weight_delivery>>();
-        auto& p = st.pending[w.version];
-        p.promise = promise;
-        for (auto& [name, sub] : st.subscribers) {
-          if (sub.local) {
-            caf::anon_send(sub.handle, w);
-            p.reports.push_back({name, w.version, "in-process", 0, 0.0, 0, {}});
-          } else {
-            self->send(caf::actor_cast<weight_subscriber_actor>(sub.handle), h.packed_manifest);
-            p.waiting.insert(name);
-          }
-        }
-        self->delayed_send(self, st.setup.timeout, publish_atom::value, w.version);
-        settle(self, w.version, false);
-        return promise;
+      [self](publish_atom, local_weights& w) { return publish(self, w); },
+      [self](publish_atom, local_weights& w, caf::actor& watcher) {
+        self->state.watcher = watcher;
+        return publish(self, w);
       },
       [self](publish_atom, int64_t version) { settle(self, version, true); },
       [self](subscribe_atom, std::string& name,

@@ -31,10 +31,12 @@ class staleness_gate {
  public:
   staleness_gate(int64_t batch_size, int64_t eta, int64_t max_concurrent);
 
-  /// How many more requests may start now (0 or more).
-  int64_t capacity() const;
-  /// Records `n` admitted requests; throws std::logic_error past capacity.
-  void admit(int64_t n = 1);
+  /// How many more requests may start now (0 or more); for work sent to the
+  /// rollout node `node`, counting from what that node holds (delivered_to).
+  int64_t capacity() const { return capacity(std::string{}); }
+  int64_t capacity(const std::string& node) const;
+  /// Records `n` admitted requests (sent to `node`); throws std::logic_error past its capacity.
+  void admit(int64_t n = 1, const std::string& node = {});
   /// A running request ended: delivered to the buffer (counts as accepted) or dropped.
   void finish(bool delivered);
   /// `n` delivered trajectories will never be trained (dropped as too stale):
@@ -52,6 +54,12 @@ class staleness_gate {
   /// The weights of `version` reached the rollout workers (or their delivery
   /// settled otherwise: a failed transfer does not hold admission forever).
   void delivered(int64_t version);
+  /// The rollout node `node` reported that it holds `version`, which can come
+  /// long before the version settles for all (a node slow to fetch it, or one
+  /// that never reports, holds the settlement until the transfer deadline):
+  /// work sent to that node counts from the newer of the two. Unknown nodes,
+  /// and the members of this process (""), count from the settled version.
+  void delivered_to(const std::string& node, int64_t version);
   /// No more than `trajectories` accepted and running together: a run of a
   /// known length admits what its remaining steps train and a spare batch
   /// (controller_state.hpp), not eta + 1 batches beyond its end (a 30-step run
@@ -66,8 +74,10 @@ class staleness_gate {
   void restore(int64_t version);
 
   int64_t version() const { return version_; }
-  /// The version admission counts from: `version()`, or the delivered one when behind.
+  /// The version admission counts from: `version()`, or the delivered one when
+  /// behind (for `node`: the newer of the settled one and the node's own).
   int64_t admission_version() const { return follows_deliveries_ ? std::min(version_, delivered_) : version_; }
+  int64_t admission_version(const std::string& node) const;
   int64_t accepted() const { return accepted_; }
   int64_t running() const { return running_; }
   int64_t admitted_total() const { return admitted_total_; }
@@ -80,6 +90,7 @@ class staleness_gate {
   int64_t limit_ = INT64_MAX;
   bool follows_deliveries_ = false;
   int64_t delivered_ = 0;
+  std::map<std::string, int64_t> delivered_to_;  // by node: the newest version it reported
 };
 
 /// Collects the summaries of scored trajectories by group (the n samples of one

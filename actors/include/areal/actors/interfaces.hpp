@@ -262,6 +262,11 @@ using weight_publisher_actor = caf::typed_actor<
     // subscriber of the moment has reported this version (or a newer one), or
     // at the transfer deadline: one report per subscriber.
     caf::replies_to<publish_atom, local_weights>::with<std::vector<weight_delivery>>,
+    // The same, and every intact report of a subscriber (this version or a
+    // later one) is sent to the actor given as it comes, before the version
+    // settles: the controller admits work for a node that holds a version
+    // while a slower one still fetches it.
+    caf::replies_to<publish_atom, local_weights, caf::actor>::with<std::vector<weight_delivery>>,
     // The deadline of a version's reports (the publisher sends it to itself).
     caf::reacts_to<publish_atom, int64_t>,
     // A subscriber joins (node name, actor). The reply is the newest manifest
@@ -363,6 +368,9 @@ using controller_actor = caf::typed_actor<
     caf::reacts_to<join_atom, std::string, std::string, caf::actor>,
     // How the weights of a version reached each subscriber (from the trainer, after a step).
     caf::reacts_to<std::vector<weight_delivery>>,
+    // One rollout node holds a version (from the weight publisher, as the node
+    // reports it): work sent there counts from it (staleness_gate::delivered_to).
+    caf::reacts_to<weight_delivery>,
     // Membership deadline (sent to itself): no rollout worker for member_timeout ends the run.
     caf::reacts_to<caf::tick_atom>,
     // Request deadlines (sent to itself): samples whose request ran past

@@ -44,6 +44,17 @@ class member_table {
       return std::nullopt;
     return by_load_.begin()->second;
   }
+  /// The same among the members for which `allowed(member)` holds.
+  template <typename Allowed>
+  std::optional<uint64_t> least_loaded(int64_t limit, Allowed allowed) const {
+    for (auto& [load, id] : by_load_) {
+      if (load >= limit)
+        return std::nullopt;
+      if (allowed(members_.at(id)))
+        return id;
+    }
+    return std::nullopt;
+  }
 
   const member& at(uint64_t id) const { return members_.at(id); }
 
