@@ -429,7 +429,7 @@ TEST_CASE("failpoints are off unless named, fire at their probability, and a wro
   // Refused with what to write, and the failpoints on before stay on.
   CHECK(fp::configure("reward.verifier_hnag=0.1", 1) ==
         "AREAL_FAILPOINTS: unknown failpoint \"reward.verifier_hnag\" (known: reward.verifier_hang, "
-        "weights.transfer_cut)");
+        "weights.transfer_cut, weights.slow_fetch)");
   CHECK(fp::configure("reward.verifier_hang", 1).find("has no probability") != std::string::npos);
   CHECK(fp::configure("reward.verifier_hang=1.5", 1).find("must be a number in [0, 1]") != std::string::npos);
   CHECK(fp::configure("reward.verifier_hang=0.1x", 1).find("must be a number in [0, 1]") != std::string::npos);

@@ -14,6 +14,7 @@
 
 #include <caf/all.hpp>
 
+#include "areal/runtime/failpoints.hpp"
 #include "areal/runtime/log.hpp"
 #include "gloo_link.hpp"
 #include "nccl_link.hpp"
@@ -268,7 +269,10 @@ weight_subscriber_actor::behavior_type subscriber_behavior(subscriber_pointer se
         auto& s = self->state;
         if (!s.announced || m->version > s.announced->version)
           s.announced = std::move(*m);
-        self->send(self, fetch_atom::value);
+        if (failpoints::fire("weights.slow_fetch"))
+          self->delayed_send(self, std::chrono::seconds(1), fetch_atom::value);
+        else
+          self->send(self, fetch_atom::value);
       },
       [self](fetch_atom) { fetch_newest(self); },
   };

@@ -14,8 +14,10 @@ namespace areal::failpoints {
 /// The failpoints there are. When it fires,
 /// - reward.verifier_hang: the verification hangs until the reward pool gives up on it at its deadline;
 /// - weights.transfer_cut: the sending side of a bulk weight link stops half-way through a version and
-///   closes the link.
-inline constexpr std::string_view known[] = {"reward.verifier_hang", "weights.transfer_cut"};
+///   closes the link;
+/// - weights.slow_fetch: a weight subscriber waits a second before it fetches an announced version (a
+///   node on a slow link).
+inline constexpr std::string_view known[] = {"reward.verifier_hang", "weights.transfer_cut", "weights.slow_fetch"};
 
 /// Reads AREAL_FAILPOINTS (and AREAL_FAILPOINTS_SEED, which seeds the draws
 /// together with the process id). Returns what was wrong with it ("" when it is
