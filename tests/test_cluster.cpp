@@ -23,8 +23,14 @@ TEST_CASE("four processes run the RL job and it learns as on one node") {
   auto procs = c.start_all();
   auto& head = *procs[0];
   REQUIRE_MESSAGE(head.wait_exit(150s) == 0, head.log());
-  for (size_t i = 1; i < procs.size(); ++i)
+  for (size_t i = 1; i < procs.size(); ++i) {
     CHECK_MESSAGE(procs[i]->wait_exit(15s) == 0, procs[i]->log());
+    // Each node's members end with it (not at the exit watchdog, 4 s later); a rollout node's worker
+    // says what it did as it ends.
+    CHECK_MESSAGE(procs[i]->log().find("shutdown did not finish") == std::string::npos, procs[i]->log());
+  }
+  for (size_t i : {2, 3})
+    CHECK_MESSAGE(procs[i]->log().find("tokens sampled; prompt tokens computed") != std::string::npos, procs[i]->log());
   CHECK(head.log().find("a reward pool joined from node scorer") != std::string::npos);
   CHECK(head.log().find("a rollout worker joined from node gen-a") != std::string::npos);
   CHECK(head.log().find("a rollout worker joined from node gen-b") != std::string::npos);

@@ -118,6 +118,12 @@ void finish(node_pointer self, int code, const std::string& why) {
     spdlog::error("node stopping: {}", why);
   if (st.setup.listener)
     caf::anon_send(st.setup.listener, done_atom::value, static_cast<int32_t>(code), why);
+  // The members (linked) end with the node: a normal exit of a linked actor
+  // would leave them running, and the process would wait for them until its
+  // exit watchdog (every rollout node of a run ended 4 s late, "shutdown did
+  // not finish").
+  if (st.members)
+    self->send_exit(st.members, caf::exit_reason::user_shutdown);
   self->quit();
 }
 
