@@ -101,8 +101,12 @@ TEST_CASE("a container's hierarchy mounted from a sub-folder, and a mount point 
   q = cgroup_cpu_quota("0::/kubepods/pod1/container\n", mounts);
   REQUIRE(q);
   CHECK(q->cpus == doctest::Approx(0.2));
-  // Lines that are not what they should be are passed over.
+  // Lines that are not what they should be are passed over, a backslash that starts no escape kept.
   CHECK_FALSE(cgroup_cpu_quota("garbage\n0:x\n", "garbage\n1 2 3\n"));
+  h.write("back\\9slash/cpu.max", "30000 100000");
+  q = cgroup_cpu_quota("0::/\n", h.mount_line("cgroup2", "back\\9slash"));
+  REQUIRE(q);
+  CHECK(q->cpus == doctest::Approx(0.3));
 }
 
 TEST_CASE("usable CPUs: the affinity, cut by the quota's whole CPUs, at least one; and the oversubscription warning") {

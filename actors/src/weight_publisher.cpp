@@ -104,7 +104,7 @@ struct publisher_state {
   std::shared_ptr<held_sums> sums = std::make_shared<held_sums>();  // their checksums
   std::map<std::string, subscriber_entry> subscribers;
   std::map<int64_t, pending_publish> pending;  // by version
-  caf::actor watcher;  // told each subscriber's intact report as it comes (the controller's admission)
+  caf::actor watcher;  // told each subscriber's report as it comes (the controller: admission per node)
   std::shared_ptr<gloo_rendezvous> rendezvous;
   bool bulk_failed = false;  // the bulk backend cannot start here: CAF messages for everyone
   uint64_t links = 0;
