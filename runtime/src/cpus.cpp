@@ -63,6 +63,14 @@ std::optional<double> number(const std::string& s) {
   return std::nullopt;
 }
 
+// QUOTA / PERIOD read from `file`; none for a limit that is not one ("max", -1) or text that is not numbers.
+std::optional<cpu_quota> quota_of(const std::string& quota, const std::string& period, const std::string& file) {
+  auto q = number(quota), p = number(period);
+  if (!q || !p || *q <= 0 || *p <= 0)
+    return std::nullopt;
+  return cpu_quota{*q / *p, file};
+}
+
 // The quota a cgroup folder sets itself (cgroup v2: cpu.max "QUOTA PERIOD" or "max PERIOD").
 std::optional<cpu_quota> quota_v2(const std::string& dir) {
   auto file = dir + "/cpu.max";
@@ -72,10 +80,7 @@ std::optional<cpu_quota> quota_v2(const std::string& dir) {
   std::istringstream in(*line);
   std::string quota, period;
   in >> quota >> period;
-  auto q = number(quota), p = number(period);
-  if (!q || !p || *q <= 0 || *p <= 0)
-    return std::nullopt;  // "max": no limit
-  return cpu_quota{*q / *p, file};
+  return quota_of(quota, period, file);
 }
 
 // cgroup v1: cpu.cfs_quota_us (-1: no limit) over cpu.cfs_period_us.
@@ -85,10 +90,13 @@ std::optional<cpu_quota> quota_v1(const std::string& dir) {
   auto period = read_first_line(dir + "/cpu.cfs_period_us");
   if (!quota || !period)
     return std::nullopt;
-  auto q = number(*quota), p = number(*period);
-  if (!q || !p || *q <= 0 || *p <= 0)
-    return std::nullopt;
-  return cpu_quota{*q / *p, file};
+  return quota_of(*quota, *period, file);
+}
+
+// `best` becomes `q` when q is a tighter limit.
+void keep_smaller(std::optional<cpu_quota>& best, const std::optional<cpu_quota>& q) {
+  if (q && (!best || q->cpus < best->cpus))
+    best = q;
 }
 
 struct mount {
@@ -108,9 +116,7 @@ std::string folder_of(const mount& m, const std::string& path) {
 std::optional<cpu_quota> smallest_on_path(std::string dir, const std::string& top, bool v2) {
   std::optional<cpu_quota> best;
   for (;;) {
-    auto q = v2 ? quota_v2(dir) : quota_v1(dir);
-    if (q && (!best || q->cpus < best->cpus))
-      best = q;
+    keep_smaller(best, v2 ? quota_v2(dir) : quota_v1(dir));
     if (dir.size() <= top.size())
       return best;
     auto slash = dir.rfind('/');
@@ -119,6 +125,25 @@ std::optional<cpu_quota> smallest_on_path(std::string dir, const std::string& to
     else
       dir = dir.substr(0, slash);
   }
+}
+
+std::string whole_file(const char* path) {
+  std::ifstream in(path);
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+cpu_budget probe() {
+  cpu_budget b;
+  b.online = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  b.affinity = b.online;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0)
+    b.affinity = std::max(1, CPU_COUNT(&set));
+  b.quota = cgroup_cpu_quota(whole_file("/proc/self/cgroup"), whole_file("/proc/self/mountinfo"));
+  return b;
 }
 
 }  // namespace
@@ -139,10 +164,6 @@ std::optional<cpu_quota> cgroup_cpu_quota(std::string_view self_cgroup, std::str
       path_v1 = path;
   }
   std::optional<cpu_quota> best;
-  auto consider = [&best](std::optional<cpu_quota> q) {
-    if (q && (!best || q->cpus < best->cpus))
-      best = q;
-  };
   for (auto& line : split(mountinfo, '\n')) {
     std::istringstream in(line);
     std::vector<std::string> fields;
@@ -154,9 +175,9 @@ std::optional<cpu_quota> cgroup_cpu_quota(std::string_view self_cgroup, std::str
     mount m{unescape(fields[3]), unescape(fields[4])};
     auto type = *(dash + 1);
     if (type == "cgroup2" && path_v2) {
-      consider(smallest_on_path(folder_of(m, *path_v2), m.point, true));
+      keep_smaller(best, smallest_on_path(folder_of(m, *path_v2), m.point, true));
     } else if (type == "cgroup" && path_v1 && fields.end() - dash > 3 && contains(split(*(dash + 3), ','), "cpu")) {
-      consider(smallest_on_path(folder_of(m, *path_v1), m.point, false));
+      keep_smaller(best, smallest_on_path(folder_of(m, *path_v1), m.point, false));
     }
   }
   return best;
@@ -179,29 +200,6 @@ std::string cpu_budget::describe() const {
     os << "no cgroup CPU quota)";
   return os.str();
 }
-
-namespace {
-
-std::string whole_file(const char* path) {
-  std::ifstream in(path);
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
-}
-
-cpu_budget probe() {
-  cpu_budget b;
-  b.online = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  b.affinity = b.online;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0)
-    b.affinity = std::max(1, CPU_COUNT(&set));
-  b.quota = cgroup_cpu_quota(whole_file("/proc/self/cgroup"), whole_file("/proc/self/mountinfo"));
-  return b;
-}
-
-}  // namespace
 
 const cpu_budget& cpus() {
   static const cpu_budget budget = probe();

@@ -76,7 +76,7 @@ class staleness_gate {
   int64_t version() const { return version_; }
   /// The version admission counts from: `version()`, or the delivered one when
   /// behind (for `node`: the newer of the settled one and the node's own).
-  int64_t admission_version() const { return follows_deliveries_ ? std::min(version_, delivered_) : version_; }
+  int64_t admission_version() const { return admission_version(std::string{}); }
   int64_t admission_version(const std::string& node) const;
   int64_t accepted() const { return accepted_; }
   int64_t running() const { return running_; }

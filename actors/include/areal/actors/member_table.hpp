@@ -40,9 +40,7 @@ class member_table {
   /// The member with the fewest requests in flight, when it has fewer than `limit`.
   /// Ties go to the member that joined first.
   std::optional<uint64_t> least_loaded(int64_t limit = INT64_MAX) const {
-    if (by_load_.empty() || by_load_.begin()->first >= limit)
-      return std::nullopt;
-    return by_load_.begin()->second;
+    return least_loaded(limit, [](const member&) { return true; });
   }
   /// The same among the members for which `allowed(member)` holds.
   template <typename Allowed>
