@@ -83,13 +83,15 @@ class block_cache {
     return data;
   }
 
-  void give_back(void* data) {
+  // False where the block is not one of ours.
+  bool give_back(void* data) {
     std::lock_guard lock(mutex_);
     auto it = sizes_.find(data);
     if (it == sizes_.end())
-      return;  // not ours (cannot happen: only our DataPtrs carry this deleter)
+      return false;
     free_.push_back({data, it->second});
     in_use_ -= it->second;
+    return true;
   }
 
   large_block_counts counts() {
@@ -151,10 +153,22 @@ class block_cache {
 };
 
 void give_back(void* data) {
-  block_cache::instance().give_back(data);
+  block_cache::instance().give_back(data);  // only our large blocks' DataPtrs carry this deleter
 }
 
-// LibTorch's CPU allocator with large blocks from the cache.
+// The allocator that serves requests below the threshold (LibTorch's default).
+c10::Allocator* small_allocator = nullptr;
+
+// Memory taken with raw_allocate comes back here without its DataPtr: a large
+// block goes back to the cache, anything else to the allocator that made it.
+void release_raw(void* data) {
+  if (data && !block_cache::instance().give_back(data))
+    small_allocator->raw_deleter()(data);
+}
+
+// LibTorch's CPU allocator with large blocks from the cache. LibTorch's kernels
+// also take scratch memory raw (raw_allocate / raw_deallocate, e.g. a bfloat16
+// product): without raw_deleter they aborted on an internal assertion.
 class cpu_allocator final : public c10::Allocator {
  public:
   explicit cpu_allocator(c10::Allocator* small) : small_(small) {}
@@ -168,6 +182,10 @@ class cpu_allocator final : public c10::Allocator {
       return small_->allocate(n);
     void* data = block_cache::instance().take(n);
     return {data, data, &give_back, c10::Device(c10::DeviceType::CPU)};
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override {
+    return small_->raw_deleter() ? &release_raw : nullptr;
   }
 
 #if AREAL_TORCH_AT_LEAST(2, 3)
@@ -195,7 +213,8 @@ std::string tune_allocator() {
   bool ok = mallopt(M_MMAP_MAX, 0) == 1 && mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1 && mallopt(M_ARENA_MAX, 2) == 1;
   static std::once_flag installed;
   std::call_once(installed, [] {
-    static auto* allocator = new cpu_allocator(c10::GetCPUAllocator());  // never destroyed, as the cache
+    small_allocator = c10::GetCPUAllocator();
+    static auto* allocator = new cpu_allocator(small_allocator);  // never destroyed, as the cache
     c10::SetCPUAllocator(allocator, 1);
   });
   std::string large = "; LibTorch blocks from 4 MiB kept for reuse (huge pages advised)";
