@@ -61,7 +61,8 @@ TEST_CASE("a valid topology loads with defaults filled in") {
 }
 
 TEST_CASE("the resolved configuration reloads to the same configuration") {
-  auto first = parse_config(two_nodes, "topo.toml", {"run.hold_s=2", "nodes.worker.compute_threads=3"});
+  auto first =
+      parse_config(two_nodes, "topo.toml", {"run.job=probe", "run.hold_s=2", "nodes.worker.compute_threads=3"});
   REQUIRE(first.config);
   auto second = parse_config(first.config->resolved_toml, "resolved.toml");
   REQUIRE_MESSAGE(second.config, (second.errors.empty() ? "" : second.errors[0]));
@@ -193,7 +194,7 @@ TEST_CASE("several errors are all reported") {
 TEST_CASE("--set overrides any key by index or by node name") {
   auto r = parse_config(two_nodes, "topo.toml",
                         {"run.name=demo", "run.seed=9", "cluster.connect_timeout_s=5", "nodes[0].port=7200",
-                         "nodes.worker.roles=[\"rollout\"]", "run.hold_s=1.5"});
+                         "nodes.worker.roles=[\"rollout\"]", "run.job=probe", "run.hold_s=1.5"});
   REQUIRE_MESSAGE(r.config, (r.errors.empty() ? "" : r.errors[0]));
   CHECK(r.config->run.name == "demo");
   CHECK(r.config->run.seed == 9);
@@ -380,12 +381,23 @@ TEST_CASE("every key fills its member, and the defaults are the configuration's 
   // Values no setting can mean are refused with the reason.
   CHECK(contains(only_error(two_nodes, {"rl.dual_clip=0.5"}), "rl.dual_clip: 0.5 is no dual clip"));
   CHECK(contains(only_error(two_nodes, {"rl.overlong_buffer=500"}), "exceeds rl.max_new_tokens"));
+  CHECK(contains(only_error(two_nodes, {"rl.max_new_tokens=32", "rl.max_tokens_per_mb=16"}),
+                 "rl.max_tokens_per_mb: 16: a micro-batch holds whole sequences"));
+  CHECK(parse_config(two_nodes, "topo.toml", {"rl.max_new_tokens=32", "rl.max_tokens_per_mb=64"}).config);
   CHECK(contains(only_error(two_nodes, {"rl.group_size=1", "rl.batch_size=8"}),
                  "rl.group_size: 1: every advantage estimator here"));
   CHECK(parse_config(two_nodes, "topo.toml", {"rl.group_size=1", "rl.batch_size=8", "run.job=probe"}).config);
   CHECK(contains(only_error(two_nodes, {"task.train_path=data.jsonl"}),
                  "task.train_path: is read only by kind = \"jsonl\""));
   CHECK(parse_config(two_nodes, "topo.toml", {"task.kind=jsonl", "task.train_path=data.jsonl"}).config);
+  // The probe's own keys: hold_s holds a probe up, and a probe needs nodes to connect.
+  CHECK(contains(only_error(two_nodes, {"run.hold_s=5"}), "run.hold_s: 5: only the probe job"));
+  CHECK(parse_config(two_nodes, "topo.toml", {"run.hold_s=5", "run.job=probe"}).config);
+  std::string one_node =
+      "[run]\nname = \"t\"\n[[nodes]]\nname = \"local\"\n"
+      "roles = [\"controller\", \"trainer\", \"rollout\", \"reward\"]\n";
+  REQUIRE(parse_config(one_node, "topo.toml").config);
+  CHECK(contains(only_error(one_node, {"run.job=probe"}), "run.job: \"probe\" checks the connections"));
 }
 
 TEST_CASE("roles mean what they say: one node trains, the controller's or one of its own") {

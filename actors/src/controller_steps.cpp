@@ -365,8 +365,9 @@ void finish(controller_pointer self, int32_t code, const std::string& why) {
   st.stats.running = 0;
   st.stats.buffered = 0;
   st.metrics->end(why, c, all_drops(st), unfinished);
-  spdlog::info("controller: {} ({} steps, {} samples trained, {} dropped)", why, st.stats.steps, st.stats.trained,
-               st.stats.dropped);
+  spdlog::log(code == 0 ? spdlog::level::info : spdlog::level::err,
+              "controller: {} ({} steps, {} samples trained, {} dropped)", why, st.stats.steps, st.stats.trained,
+              st.stats.dropped);
   if (st.setup.listener)
     caf::anon_send(st.setup.listener, done_atom::value, code, why);
 }

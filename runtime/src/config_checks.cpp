@@ -328,6 +328,18 @@ void check_rules(toml::table& root, context& ctx) {
                  "): a batch holds whole groups; use e.g. " +
                  std::to_string(std::max<int64_t>(1, *batch / *group) * *group));
   bool rl_run = root["run"]["job"].value<std::string>().value_or("rl") == "rl";
+  // The probe checks the connections between nodes; one node runs the whole job in one process.
+  if (!rl_run && nodes->size() == 1)
+    ctx.fail(ctx.where(root["run"]["job"].node()), "run.job",
+             "\"probe\" checks the connections between a topology's nodes, and this topology has one node (it "
+             "runs every role in one process: nothing to connect); use a topology of several nodes, e.g. "
+             "configs/two_nodes.toml, or job = \"rl\"");
+  auto hold = root["run"]["hold_s"].value<double>();
+  if (rl_run && hold && *hold > 0)
+    ctx.fail(ctx.where(root["run"]["hold_s"].node()), "run.hold_s",
+             format_number(*hold) +
+                 ": only the probe job (run.job = \"probe\") holds the run up; an RL run ends when its steps are "
+                 "done. Remove it, or set run.job = \"probe\"");
   if (rl_run && group && *group == 1)
     ctx.fail(ctx.where(root["rl"]["group_size"].node()), "rl.group_size",
              "1: every advantage estimator here (grpo, dr_grpo, rloo) compares a sample with the others of its "
@@ -368,6 +380,15 @@ void check_rules(toml::table& root, context& ctx) {
     ctx.fail(ctx.where(root["rl"]["overlong_buffer"].node()), "rl.overlong_buffer",
              std::to_string(*buffer) + " exceeds rl.max_new_tokens (" + std::to_string(*longest) +
                  "); use at most that (0: no overlong penalty)");
+
+  auto budget = root["rl"]["max_tokens_per_mb"].value<int64_t>();
+  if (rl_run && budget && longest && *budget <= *longest)
+    ctx.fail(ctx.where(root["rl"]["max_tokens_per_mb"].node()), "rl.max_tokens_per_mb",
+             std::to_string(*budget) +
+                 ": a micro-batch holds whole sequences, and a response alone may reach "
+                 "rl.max_new_tokens = " +
+                 std::to_string(*longest) + " tokens besides its prompt; use e.g. " +
+                 std::to_string(std::max<int64_t>(4096, 2 * *longest)));
 
   // The endpoint: on a rollout node (the controller's in this build), behind a key beyond loopback.
   bool any_endpoint = false;

@@ -11,7 +11,6 @@ int main(int argc, char** argv) {
   areal::fit_blas_core(argc, argv);  // first: OpenBLAS's kernels fitted to this CPU (may run the program again)
   auto config = areal::parse_config(R"([run]
 name = "embedded"
-hold_s = 60.0
 [[nodes]]
 name = "embedded-node"
 roles = ["controller", "trainer"]
