@@ -153,7 +153,7 @@ TEST_CASE("weights arrive bit-identical over every backend and each version is r
   }
 }
 
-TEST_CASE("weights arrive bit-identical over NCCL where a GPU is present and over CAF where none is") {
+TEST_CASE("weights arrive bit-identical over NCCL where a GPU is present and over Gloo where none is") {
   two_systems t{setup_for(weight_backend::nccl)};
   t.publish(make_weights(1, 300'001));
   auto sub = t.subscribe(weight_backend::nccl);
@@ -162,8 +162,9 @@ TEST_CASE("weights arrive bit-identical over NCCL where a GPU is present and ove
   auto reports = t.publish(sent);
   REQUIRE(reports.size() == 1);
   CHECK(reports[0].error.empty());
-  // Without a GPU (or NCCL in the build) the publisher offers CAF messages instead, and says so.
-  CHECK(reports[0].backend == (weight_backend_available(weight_backend::nccl) ? "nccl" : "caf"));
+  // Without a GPU (or NCCL in the build) the publisher offers Gloo instead (the weights are in host memory), and says
+  // so.
+  CHECK(reports[0].backend == (weight_backend_available(weight_backend::nccl) ? "nccl" : "gloo"));
   if (!weight_backend_available(weight_backend::nccl))
     MESSAGE("no GPU here: the NCCL link itself is exercised on GPU machines only");
   auto got = t.wait_weights(2);

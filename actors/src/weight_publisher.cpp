@@ -293,7 +293,19 @@ weight_publisher_actor::behavior_type publisher_behavior(publisher_pointer self,
         if (!entry.local && st.setup.backend != weight_backend::caf && !st.bulk_failed) {
           try {
             std::function<std::shared_ptr<bulk_link>()> open;
-            if (st.setup.backend == weight_backend::gloo) {
+            bool gloo = st.setup.backend == weight_backend::gloo;
+            if (!gloo) {
+              try {
+                auto id = nccl_unique_id();  // throws in a build without NCCL, or on a node without a GPU
+                open = [id, timeout = st.setup.timeout] { return make_nccl_link(id, 0, timeout); };
+                link = "nccl " + id;
+              } catch (const std::exception& e) {
+                // The weights are in host memory here: Gloo is the fast path for them.
+                spdlog::warn("weight publisher: {}; weights travel over Gloo", e.what());
+                gloo = true;
+              }
+            }
+            if (gloo) {
               if (!st.rendezvous)
                 st.rendezvous = std::make_shared<gloo_rendezvous>(st.setup.host, st.setup.timeout);
               auto prefix = "areal/" + name + "/" + std::to_string(++st.links);
@@ -302,10 +314,6 @@ weight_publisher_actor::behavior_type publisher_behavior(publisher_pointer self,
               };
               link = "gloo " + st.setup.host + ":" + std::to_string(st.rendezvous->port()) + " " + prefix;
               secret = st.rendezvous->secret();
-            } else {
-              auto id = nccl_unique_id();  // throws in a build without NCCL
-              open = [id, timeout = st.setup.timeout] { return make_nccl_link(id, 0, timeout); };
-              link = "nccl " + id;
             }
             // Linked: it ends with the publisher (it ends itself normally on a link failure).
             entry.bulk_sender = self->spawn<caf::detached + caf::linked>(bulk_sender, open, st.setup.tamper, st.sums);
