@@ -381,9 +381,6 @@ TEST_CASE("every key fills its member, and the defaults are the configuration's 
   // Values no setting can mean are refused with the reason.
   CHECK(contains(only_error(two_nodes, {"rl.dual_clip=0.5"}), "rl.dual_clip: 0.5 is no dual clip"));
   CHECK(contains(only_error(two_nodes, {"rl.overlong_buffer=500"}), "exceeds rl.max_new_tokens"));
-  CHECK(contains(only_error(two_nodes, {"rl.max_new_tokens=32", "rl.max_tokens_per_mb=16"}),
-                 "rl.max_tokens_per_mb: 16: a micro-batch holds whole sequences"));
-  CHECK(parse_config(two_nodes, "topo.toml", {"rl.max_new_tokens=32", "rl.max_tokens_per_mb=64"}).config);
   CHECK(contains(only_error(two_nodes, {"rl.group_size=1", "rl.batch_size=8"}),
                  "rl.group_size: 1: every advantage estimator here"));
   CHECK(parse_config(two_nodes, "topo.toml", {"rl.group_size=1", "rl.batch_size=8", "run.job=probe"}).config);

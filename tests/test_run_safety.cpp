@@ -175,6 +175,14 @@ TEST_CASE("inputs that used to crash or hang the job are refused with exit 2 bef
             {"--set", "task.max_terms=64", "--set", "task.max_value=99", "--set", "rl.max_new_tokens=1000"},
             "make prompts of up to 192 tokens; with rl.max_new_tokens = 1000 they need 1192 tokens of context");
   }
+  SUBCASE("a micro-batch budget below the longest sequence (the trainer failed at the first step that met one)") {
+    refused("budget-rl", {"--set", "rl.max_tokens_per_mb=20"},
+            "rl.max_tokens_per_mb = 20: a micro-batch holds whole sequences, and prompts of up to 16 tokens with "
+            "rl.max_new_tokens = 8 take up to 24 tokens; raise it to at least 24");
+    refused("budget-sft", {"--set", "rl.max_tokens_per_mb=30"},
+            "rl.max_tokens_per_mb = 30: a micro-batch holds whole sequences, and the warm start's demonstrations "
+            "take up to 37 tokens");
+  }
   SUBCASE("a topology without a rollout role") {
     refused("no-rollout", {"--set", "nodes.local.roles=[\"controller\", \"trainer\", \"reward\"]"},
             "no node has the role \"rollout\", and an RL run needs one");

@@ -101,6 +101,15 @@ std::string data_alphabet(const run_config& c, const job_datasets& d) {
 
 namespace {
 
+// The trainer packs whole sequences into micro-batches of rl.max_tokens_per_mb
+// tokens: a longer one fails the step that meets it, mid-run.
+void check_micro_batch_budget(const run_config& c, int64_t longest, const std::string& what) {
+  if (longest > c.rl.max_tokens_per_mb)
+    throw job_error("rl.max_tokens_per_mb = " + std::to_string(c.rl.max_tokens_per_mb) +
+                    ": a micro-batch holds whole sequences, and " + what + " take up to " + std::to_string(longest) +
+                    " tokens; raise it to at least " + std::to_string(longest));
+}
+
 // Generated running sums: the longest prompt and solution their settings can make.
 void check_generated(const run_config& c, int64_t context) {
   auto& t = c.task;
@@ -118,6 +127,11 @@ void check_generated(const run_config& c, int64_t context) {
     throw job_error("the warm start's demonstrations (task.max_terms = " + std::to_string(t.max_terms) +
                     ") take up to " + std::to_string(prompt + solution) + " tokens and the model's context is " +
                     std::to_string(context) + ": lower task.max_terms or set sft.steps = 0");
+  check_micro_batch_budget(c, need,
+                           "prompts of up to " + std::to_string(prompt) +
+                               " tokens with rl.max_new_tokens = " + std::to_string(c.rl.max_new_tokens));
+  if (c.sft.steps > 0)
+    check_micro_batch_budget(c, prompt + solution, "the warm start's demonstrations");
 }
 
 }  // namespace
@@ -139,8 +153,10 @@ void check_inputs(const run_config& c, const model_parts& m, job_datasets& d) {
     throw job_error("rl.max_new_tokens = " + std::to_string(new_tokens) +
                     " leaves no room for a prompt in the model's context of " + std::to_string(context) + " tokens (" +
                     where + "): lower rl.max_new_tokens below " + std::to_string(context));
-  if (c.task.kind == "agent")
+  if (c.task.kind == "agent") {
+    check_micro_batch_budget(c, context, "an agent's episode may fill the model's context: they");
     return;  // the agents' episodes are checked call by call, against the context
+  }
   if (c.task.kind != "jsonl") {
     check_generated(c, context);
     return;
@@ -213,6 +229,18 @@ void check_inputs(const run_config& c, const model_parts& m, job_datasets& d) {
     if (tokens <= context)
       d.demonstrations.push_back(item);
   }
+  int64_t longest_prompt = 0, longest_demonstration = 0;
+  for (size_t i = d.held_out; i < d.train.size(); ++i)
+    longest_prompt = std::max(longest_prompt, prompt_lengths[i]);
+  for (auto& item : d.demonstrations)
+    longest_demonstration =
+        std::max(longest_demonstration, static_cast<int64_t>(m.tokenizer->encode(item.prompt).size() +
+                                                             m.tokenizer->encode(item.worked_solution).size() + 1));
+  check_micro_batch_budget(c, longest_prompt + new_tokens,
+                           "the training prompts (up to " + std::to_string(longest_prompt) +
+                               " tokens) with rl.max_new_tokens = " + std::to_string(new_tokens));
+  if (c.sft.steps > 0)
+    check_micro_batch_budget(c, longest_demonstration, "the warm start's demonstrations");
   if (c.sft.steps > 0 && d.demonstrations.empty())
     throw job_error("the warm start (sft.steps = " + std::to_string(c.sft.steps) +
                     ") needs demonstrations: none of the training tasks of " + c.task.train_path +

@@ -381,15 +381,6 @@ void check_rules(toml::table& root, context& ctx) {
              std::to_string(*buffer) + " exceeds rl.max_new_tokens (" + std::to_string(*longest) +
                  "); use at most that (0: no overlong penalty)");
 
-  auto budget = root["rl"]["max_tokens_per_mb"].value<int64_t>();
-  if (rl_run && budget && longest && *budget <= *longest)
-    ctx.fail(ctx.where(root["rl"]["max_tokens_per_mb"].node()), "rl.max_tokens_per_mb",
-             std::to_string(*budget) +
-                 ": a micro-batch holds whole sequences, and a response alone may reach "
-                 "rl.max_new_tokens = " +
-                 std::to_string(*longest) + " tokens besides its prompt; use e.g. " +
-                 std::to_string(std::max<int64_t>(4096, 2 * *longest)));
-
   // The endpoint: on a rollout node (the controller's in this build), behind a key beyond loopback.
   bool any_endpoint = false;
   for (size_t i = 0; ctx.errors.empty() && i < nodes->size(); ++i) {

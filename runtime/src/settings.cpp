@@ -350,7 +350,8 @@ std::vector<section> make_table() {
               "the reward lost by a response of max_new_tokens"),
            in("ppo_minibatches", &c::rl, &rl_spec::ppo_minibatches, 1, 1024, "optimizer steps per training batch"),
            in("max_tokens_per_mb", &c::rl, &rl_spec::max_tokens_per_mb, 16, 1e9,
-              "token budget of one packed micro-batch"),
+              "token budget of one packed micro-batch (of whole sequences: at least the longest prompt plus "
+              "max_new_tokens, and the longest warm-start demonstration; checked at the start)"),
            in("rollout_workers", &c::rl, &rl_spec::rollout_workers, 1, 1024, "generation engines on this node"),
            in("rollout_slots", &c::rl, &rl_spec::rollout_slots, 1, 1e5, "sequences one engine decodes together"),
            in("max_concurrent", &c::rl, &rl_spec::max_concurrent, 1, 1e6, "requests in flight over all engines"),
