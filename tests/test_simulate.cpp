@@ -348,6 +348,23 @@ TEST_CASE("areal simulate prints its result and writes the JSON and schedule log
   std::ostringstream out2, err2;
   CHECK(simulate_command(parse({"rl.interruption=\"keep_cache\""}), out2, err2) == 2);
   CHECK(err2.str().find("nothing was simulated") != std::string::npos);
+  // An output it could not write: refused before simulating (it wrote nothing and said "result JSON: ..." before).
+  auto nowhere = json.parent_path() / ("areal-sim-missing-" + std::to_string(::getpid())) / "result.json";
+  std::ostringstream out3, err3;
+  CHECK(simulate_command(parse({"simulate.json=\"" + nowhere.string() + "\""}), out3, err3) == 2);
+  CHECK_MESSAGE(
+      err3.str().find("simulate.json = \"" + nowhere.string() + "\": there is no folder") != std::string::npos,
+      err3.str());
+  CHECK(out3.str().find("result:") == std::string::npos);
+  std::ostringstream out4, err4;
+  CHECK(simulate_command(parse({"simulate.log=\"" + json.parent_path().string() + "\""}), out4, err4) == 2);
+  CHECK_MESSAGE(err4.str().find("is a folder; name a file") != std::string::npos, err4.str());
+  // Written whole or reported: a file the system refuses fails the command with the reason.
+  std::ostringstream out5, err5;
+  CHECK(simulate_command(parse({"simulate.json=\"/proc/areal-sim.json\""}), out5, err5) == 1);
+  CHECK_MESSAGE(err5.str().find("the result JSON was not written: /proc/areal-sim.json") != std::string::npos,
+                err5.str());
+  CHECK(out5.str().find("result JSON:") == std::string::npos);
 }
 
 TEST_CASE("on one node's shared cores the engine and the trainer slow each other only while both compute") {

@@ -1,6 +1,8 @@
 // Replaying a finished run in virtual time (replay.hpp).
 #include "areal/sim/replay.hpp"
 
+#include "areal/sim/simulate_command.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -287,6 +289,7 @@ sim_setup replay_setup(const recorded_run& run, const run_config& config) {
   s.shared_prompts = rl.prompt_pool_tokens > 0;
   s.work = run.work;
   s.keep_log = !config.simulate.log_path.empty();
+  check_outputs(config.simulate);
   s.check();
   return s;
 }
@@ -376,10 +379,9 @@ int replay_command(const run_config& config, const fs::path& dir, const std::vec
                        run.steps.size(), r.trained.size(), common);
 
   auto& c = config.simulate;
-  if (!c.log_path.empty()) {
-    std::ofstream(c.log_path) << r.schedule_log;
-    out << "schedule log: " << c.log_path << "\n";
-  }
+  bool written = true;
+  if (!c.log_path.empty())
+    written = write_output(c.log_path, r.schedule_log, "schedule log", out, err) && written;
   if (!c.json_path.empty()) {
     json steps = json::array();
     for (size_t i = 0; i < common; ++i)
@@ -405,10 +407,9 @@ int replay_command(const run_config& config, const fs::path& dir, const std::vec
               {"replayed_trainer_busy", r.trainer_busy_share},
               {"schedule_hash", fmt::format("{:016x}", r.schedule_hash)},
               {"steps", steps}};
-    std::ofstream(c.json_path) << j.dump(2) << "\n";
-    out << "result JSON: " << c.json_path << "\n";
+    written = write_output(c.json_path, j.dump(2) + "\n", "result JSON", out, err) && written;
   }
-  return r.exit_code == 0 ? 0 : 1;
+  return r.exit_code == 0 && written ? 0 : 1;
 }
 
 }  // namespace areal::sim

@@ -1,14 +1,42 @@
 // `areal simulate` (simulate_command.hpp).
 #include "areal/sim/simulate_command.hpp"
 
-#include <fstream>
+#include <filesystem>
 #include <iostream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "areal/runtime/files.hpp"
+
 namespace areal::sim {
+
+void check_outputs(const simulate_spec& c) {
+  for (auto [key, path] : {std::pair{"simulate.json", &c.json_path}, std::pair{"simulate.log", &c.log_path}}) {
+    if (path->empty())
+      continue;
+    auto folder = std::filesystem::path(*path).parent_path();
+    std::error_code ec;
+    if (!folder.empty() && !std::filesystem::is_directory(folder, ec))
+      throw std::invalid_argument(std::string{key} + " = \"" + *path + "\": there is no folder " + folder.string() +
+                                  " to write it in; create it, or name a file in an existing folder");
+    if (std::filesystem::is_directory(*path, ec))
+      throw std::invalid_argument(std::string{key} + " = \"" + *path + "\" is a folder; name a file");
+  }
+}
+
+bool write_output(const std::string& path, const std::string& contents, const std::string& what, std::ostream& out,
+                  std::ostream& err) {
+  try {
+    write_file_atomically(path, contents);
+  } catch (const std::exception& e) {
+    err << "areal simulate: the " << what << " was not written: " << e.what() << "\n";
+    return false;
+  }
+  out << what << ": " << path << "\n";
+  return true;
+}
 
 sim_setup setup_from(const run_config& config) {
   auto& c = config.simulate;
@@ -40,6 +68,7 @@ sim_setup setup_from(const run_config& config) {
     throw std::invalid_argument("simulate.colocated needs rl.mode = \"sync\" (the devices that generate also train)");
   s.engine_slots = c.engine_slots;
   s.keep_log = !c.log_path.empty();
+  check_outputs(c);
   s.work.prompt_tokens = c.prompt_tokens;
   s.work.max_new_tokens = rl.max_new_tokens;
   s.work.length_median = c.length_median;
@@ -121,17 +150,15 @@ int simulate_command(const run_config& config, std::ostream& out, std::ostream& 
       100 * r.trainer_busy_share, r.max_staleness, r.interruptions, r.generated_tokens,
       r.generated_tokens > 0 ? 100.0 * double(r.trained_response_tokens) / double(r.generated_tokens) : 0.0,
       r.dropped_samples, r.wall_seconds, r.events, r.schedule_hash);
-  if (!c.log_path.empty()) {
-    std::ofstream(c.log_path) << r.schedule_log;
-    out << "schedule log: " << c.log_path << "\n";
-  }
+  bool written = true;
+  if (!c.log_path.empty())
+    written = write_output(c.log_path, r.schedule_log, "schedule log", out, err) && written;
   if (!c.json_path.empty()) {
     auto j = result_json(r);
     j["cost_model"] = setup.costs->describe();
-    std::ofstream(c.json_path) << j.dump(2) << "\n";
-    out << "result JSON: " << c.json_path << "\n";
+    written = write_output(c.json_path, j.dump(2) + "\n", "result JSON", out, err) && written;
   }
-  return r.exit_code == 0 ? 0 : 1;
+  return r.exit_code == 0 && written ? 0 : 1;
 }
 
 }  // namespace areal::sim
