@@ -198,6 +198,7 @@ TEST_CASE("Bad requests get OpenAI error objects, and the endpoint keeps serving
   CHECK(error_of("{not json", 400)["message"] == "the request body is not valid JSON");
   CHECK(error_of("[1, 2]", 400)["type"] == "invalid_request_error");
   CHECK(error_of(chat_body(R"(, "temperature": "hot")"), 400)["param"] == "temperature");
+  CHECK(error_of(chat_body(R"(, "temperature": -1)"), 400)["message"] == "temperature must be in [0, 2]");
   CHECK(error_of(chat_body(R"(, "frobnicate": true)"), 400)["param"] == "frobnicate");
   CHECK(error_of(R"({"messages": [{"role": "wizard", "content": "x"}]})", 400)["param"] == "messages[0].role");
   CHECK(error_of(R"({"messages": []})", 400)["param"] == "messages");

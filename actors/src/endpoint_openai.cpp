@@ -3,6 +3,8 @@
 
 #include <set>
 
+#include <fmt/format.h>
+
 namespace areal::openai {
 
 using nlohmann::json;
@@ -65,7 +67,8 @@ double number(const json& j, const char* key, double min, double max) {
     throw bad(key, std::string{key} + " must be a number");
   auto x = j.get<double>();
   if (!(x >= min && x <= max))
-    throw bad(key, std::string{key} + " must be in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+    throw bad(key,
+              std::string{key} + " must be in [" + fmt::format("{:g}", min) + ", " + fmt::format("{:g}", max) + "]");
   return x;
 }
 
