@@ -111,6 +111,24 @@ TEST_CASE(
   CHECK(temporaries_in(run_dir).empty());
 }
 
+TEST_CASE("a run's checkpoint holds a model directory that a later run starts from (model.path)") {
+  scratch_dir dir{"checkpoint-model"};
+  auto first_dir = dir.path / "first";
+  node_process first(ci_sized_default({"--set", "rl.steps=2", "--run-dir", first_dir.string()}), dir.path / "a.log",
+                     dir.path);
+  REQUIRE_MESSAGE(first.wait_exit(60s) == 0, first.log());
+  auto model = first_dir / "checkpoint" / "model";
+  // Weights, config.json and the run's tokenizer (before, the tokenizer was only in sft_model/, and with
+  // sft.steps = 0 nowhere: the trained model could not be loaded without it).
+  REQUIRE(fs::exists(model / "tokenizer.json"));
+  CHECK(read_text(model / "tokenizer.json") == read_text(first_dir / "sft_model" / "tokenizer.json"));
+  node_process later(ci_sized_default({"--set", "model.path=" + model.string(), "--set", "sft.steps=0", "--set",
+                                       "rl.steps=1", "--run-dir", (dir.path / "later").string()}),
+                     dir.path / "b.log", dir.path);
+  CHECK_MESSAGE(later.wait_exit(60s) == 0, later.log());
+  CHECK_MESSAGE(later.log().find("held-out accuracy:") != std::string::npos, later.log());
+}
+
 TEST_CASE(
     "a full disk stops the run with a clear error, keeps the last checkpoint and leaves no torn or temporary "
     "file") {

@@ -247,7 +247,10 @@ trainer_actor spawn_trainer(caf::actor_system& sys, trainer_setup setup) {
               std::shared_ptr<const kernels::trainer::checkpoint_snapshot> snapshot;
               try {
                 tracer::scope span{s.setup.trace.get(), "trainer", "checkpoint"};
-                snapshot = s.trainer->snapshot_checkpoint({{controller_checkpoint::file_name, controller_state}});
+                std::map<std::string, std::string> files{{controller_checkpoint::file_name, controller_state}};
+                if (!s.setup.tokenizer_json.empty())
+                  files["model/tokenizer.json"] = s.setup.tokenizer_json;
+                snapshot = s.trainer->snapshot_checkpoint(files);
               } catch (const std::exception& e) {
                 return caf::make_error(caf::sec::runtime_error,
                                        "trainer: cannot save the checkpoint in " + directory + ": " + e.what());

@@ -80,6 +80,7 @@ trainer_side spawn_trainer_side(caf::actor_system& sys, const run_config& c, con
   ts.estimator = kernels::parse_estimator(rl.estimator);
   ts.initial_version = s.initial_version;
   ts.resume_from = s.resume_from;
+  ts.tokenizer_json = m.tokenizer->to_json();
   ts.share = s.share;
   ts.trace = s.trace;
   ts.evaluator = side.evaluator;

@@ -23,6 +23,9 @@ struct trainer_setup {
   int compute_threads = 1;  // kernels::set_compute_threads on the trainer's thread, unless `share` is set
   int64_t initial_version = 0;
   std::string resume_from;               // a checkpoint directory to load first (empty: none)
+  /// Written into every checkpoint's model/ beside the weights, so that it is a
+  /// model directory a later run (model.path) or Hugging Face tools load (empty: none).
+  std::string tokenizer_json;
   std::shared_ptr<compute_share> share;  // optional: the node's cores, shared with the rollout workers
   std::shared_ptr<tracer> trace;         // optional: spans "train", "checkpoint", "weight sync"
   /// The KL anchor pi_ref (used when config.kl_coef > 0): the policy RL started
