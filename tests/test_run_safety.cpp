@@ -201,6 +201,14 @@ TEST_CASE("inputs that used to crash or hang the job are refused with exit 2 bef
             "rl.max_tokens_per_mb = 30: a micro-batch holds whole sequences, and the warm start's demonstrations "
             "take up to 37 tokens");
   }
+  SUBCASE("a model.path that is no model directory, or a run checkpoint around one") {
+    refused("no-model", {"--set", "model.path=" + (dir.path / "missing").string()},
+            "missing: no such directory; give a model directory");
+    fs::create_directories(dir.path / "checkpoint" / "model");
+    std::ofstream(dir.path / "checkpoint" / "model" / "config.json") << "{}";
+    refused("checkpoint-root", {"--set", "model.path=" + (dir.path / "checkpoint").string()},
+            "a run checkpoint; its model is in " + (dir.path / "checkpoint" / "model").string());
+  }
   SUBCASE("a topology without a rollout role") {
     refused("no-rollout", {"--set", "nodes.local.roles=[\"controller\", \"trainer\", \"reward\"]"},
             "no node has the role \"rollout\", and an RL run needs one");

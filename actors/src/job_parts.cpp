@@ -56,8 +56,15 @@ model_parts make_model(const run_config& c, const node_spec& self) {
   auto data = std::make_shared<job_datasets>(read_datasets(c));
   if (!c.model.path.empty()) {
     auto tokenizer_file = fs::path{c.model.path} / "tokenizer.json";
+    if (!fs::is_directory(c.model.path))
+      throw job_error("model.path " + c.model.path +
+                      ": no such directory; give a model directory (config.json, "
+                      "weights and tokenizer.json), e.g. a run's sft_model or checkpoint/model");
+    if (fs::exists(fs::path{c.model.path} / "model" / "config.json"))
+      throw job_error("model.path " + c.model.path + ": a run checkpoint; its model is in " +
+                      (fs::path{c.model.path} / "model").string() + ": set model.path to that");
     if (!fs::exists(tokenizer_file))
-      throw job_error(c.model.path +
+      throw job_error("model.path " + c.model.path +
                       ": no tokenizer.json; a model directory needs config.json, weights and "
                       "tokenizer.json");
     m.tokenizer = std::make_shared<const kernels::tokenizer>(kernels::tokenizer::load(tokenizer_file.string()));
