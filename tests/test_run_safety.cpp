@@ -3,6 +3,7 @@
 // step once in metrics.jsonl), a full disk (a 2 MiB tmpfs run directory), and
 // inputs that used to crash or hang the job after minutes of work, each now
 // refused with exit 2 before any work starts. Every wait is bounded.
+#include <cctype>
 #include <fstream>
 #include <map>
 #include <set>
@@ -98,6 +99,18 @@ TEST_CASE(
   CHECK_MESSAGE(again.wait_exit(20s) == 2, again.log());
   CHECK(again.log().find("holds a run already") != std::string::npos);
 
+  // The accuracy before RL that the run recorded at its start, marked (same length: the metrics are cut back by
+  // bytes on resume): the resumed run counts RL's gain from it, not from its own evaluation at the resume.
+  auto metrics = read_text(run_dir / "metrics.jsonl");
+  auto at = metrics.find("{\"accuracy\":");
+  REQUIRE(at != std::string::npos);
+  REQUIRE(metrics.find("\"before\":true", at) < metrics.find('\n', at));
+  auto digits = at + std::string{"{\"accuracy\":0."}.size();
+  while (std::isdigit(static_cast<unsigned char>(metrics[digits])))
+    metrics[digits++] = '3';  // 0.3, 0.33, 0.333...: no accuracy over 8 held-out prompts
+  std::ofstream(run_dir / "metrics.jsonl", std::ios::binary | std::ios::trunc) << metrics;
+  double marked = nlohmann::json::parse(metrics.substr(at, metrics.find('\n', at) - at))["accuracy"];
+
   auto total = std::max<int64_t>(before.back() + 2, 6);
   node_process resumed(ci_sized_default({"--set", "rl.steps=" + std::to_string(total), "--resume"}), dir.path / "d.log",
                        dir.path);
@@ -109,6 +122,8 @@ TEST_CASE(
   CHECK_MESSAGE(steps == expected, "steps in metrics.jsonl: " << nlohmann::json(steps).dump());
   CHECK(count_of(read_text(run_dir / "metrics.jsonl"), "\"event\":\"resume\"") == 1);
   CHECK(temporaries_in(run_dir).empty());
+  auto summary = nlohmann::json::parse(read_text(run_dir / "summary.json"));
+  CHECK(summary["accuracy_before"].get<double>() == doctest::Approx(marked));
 }
 
 TEST_CASE("a run's checkpoint holds a model directory that a later run starts from (model.path)") {

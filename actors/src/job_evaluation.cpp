@@ -1,5 +1,7 @@
 // Evaluations outside the controller's steps (see job_parts.hpp): the
 // held-out accuracy of the final weights, and its line in metrics.jsonl.
+#include <fstream>
+
 #include <caf/all.hpp>
 #include <nlohmann/json.hpp>
 
@@ -12,6 +14,18 @@
 namespace areal::job {
 
 namespace fs = std::filesystem;
+
+std::optional<double> recorded_accuracy_before(const fs::path& run_dir) {
+  std::ifstream in(run_dir / "metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.value("event", "") == "eval" && j.value("before", false) && j.contains("accuracy") &&
+        j["accuracy"].is_number())
+      return j["accuracy"].get<double>();
+  }
+  return std::nullopt;
+}
 
 void eval_line(const fs::path& run_dir, const char* which, double time_s, int64_t version, double accuracy,
                double mean_tokens) {

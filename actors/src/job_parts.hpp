@@ -8,6 +8,7 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -199,6 +200,9 @@ std::pair<trainer_side, controller_checkpoint> rejoined_trainer_side(caf::actor_
 /// draws accuracy against it).
 void eval_line(const std::filesystem::path& run_dir, const char* which, double time_s, int64_t version, double accuracy,
                double mean_tokens);
+/// The accuracy of the evaluation before RL that metrics.jsonl records (a
+/// resumed run's own start), if it has one.
+std::optional<double> recorded_accuracy_before(const std::filesystem::path& run_dir);
 /// The held-out accuracy of the final weights (into result.accuracy_after and
 /// metrics.jsonl): here with the trainer's weights by pointer, or by the
 /// evaluator beside a remote trainer.
