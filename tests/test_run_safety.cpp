@@ -224,6 +224,12 @@ TEST_CASE("inputs that used to crash or hang the job are refused with exit 2 bef
     refused("checkpoint-root", {"--set", "model.path=" + (dir.path / "checkpoint").string()},
             "a run checkpoint; its model is in " + (dir.path / "checkpoint" / "model").string());
   }
+  SUBCASE("code tasks with no interpreter to run their programs (every answer scored 0 before)") {
+    refused("no-python",
+            {"--set", "task.kind=jsonl", "--set", "task.train_path=" AREAL_SOURCE_DIR "/tests/data/humaneval.jsonl",
+             "--set", "reward.python=" + (dir.path / "no-python3").string()},
+            "no-python3: no such file, and the tasks include code tasks, whose programs it runs");
+  }
   SUBCASE("a topology without a rollout role") {
     refused("no-rollout", {"--set", "nodes.local.roles=[\"controller\", \"trainer\", \"reward\"]"},
             "no node has the role \"rollout\", and an RL run needs one");

@@ -9,6 +9,7 @@
 
 #include "areal/actors/rollout.hpp"
 #include "areal/kernels/device.hpp"
+#include "areal/reward/code_verifier.hpp"
 
 namespace fs = std::filesystem;
 
@@ -93,6 +94,17 @@ model_parts make_model(const run_config& c, const node_spec& self) {
     throw job_error("the tokenizer has no end-of-sequence token (<eos>, <|endoftext|>, </s> or <|im_end|>)");
   m.eos = *eos;
   check_inputs(c, m, *data);
+  if (self.has(role::reward)) {
+    // Code tasks scored here need the interpreter: without it every answer would score 0, with a verdict only.
+    bool code = false;
+    for (auto* items : {&data->train, &data->eval})
+      for (auto& item : *items)
+        code = code || item.task.kind == task_kind::code;
+    if (auto problem = reward::interpreter_problem(c.reward.python); code && !problem.empty())
+      throw job_error("reward.python = " + c.reward.python + ": " + problem +
+                      ", and the tasks include code tasks, whose programs it runs; install python3 (apt install "
+                      "python3) or set reward.python to an interpreter");
+  }
   m.data = std::move(data);
   return m;
 }

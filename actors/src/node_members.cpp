@@ -17,6 +17,7 @@
 #include "areal/actors/rl_job.hpp"
 #include "areal/actors/weight_transport.hpp"
 #include "areal/kernels/compute_threads.hpp"
+#include "areal/reward/code_verifier.hpp"
 #include "areal/runtime/log.hpp"
 #include "job_parts.hpp"
 
@@ -142,6 +143,10 @@ node_members_actor spawn_node_members(caf::actor_system& sys, const run_config& 
     if (self_spec.has(role::trainer))
       join_run(self, "trainer", caf::actor_cast<caf::actor>(self));  // the job asks for the trainer side
     if (self_spec.has(role::reward)) {
+      // This node does not see the tasks (the controller's does): a missing interpreter is said, not refused.
+      if (auto problem = reward::interpreter_problem(config.reward.python); !problem.empty())
+        spdlog::warn("reward.python = {}: {}; code tasks scored on this node get the verdict error",
+                     config.reward.python, problem);
       auto pool_config = make_reward_pool_config(config.reward);
       pool_config.trace = trace;
       auto pool = spawn_reward_pool(self->system(), pool_config);

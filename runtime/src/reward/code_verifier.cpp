@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <random>
 
+#include <unistd.h>
+
 namespace areal::reward {
 
 namespace {
@@ -101,6 +103,17 @@ std::optional<std::string> extract_code(std::string_view response) {
   if (code.find_first_not_of(" \t\r\n") == std::string::npos)
     return std::nullopt;
   return code;
+}
+
+std::string interpreter_problem(const std::string& python) {
+  std::error_code ec;
+  if (!std::filesystem::exists(python, ec))
+    return "no such file";
+  if (!std::filesystem::is_regular_file(python, ec))
+    return "not a file";
+  if (::access(python.c_str(), X_OK) != 0)
+    return "not executable";
+  return {};
 }
 
 verification verify_code(std::string_view response, const code_task& task, const code_options& options,

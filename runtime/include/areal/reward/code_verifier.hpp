@@ -46,6 +46,10 @@ struct code_options {
   sandbox_limits limits;  // wall_s and cpu_s are taken from the task per run
 };
 
+/// Why `python` cannot run the programs of code tasks on this machine (no such
+/// file, not executable), or empty where it can.
+std::string interpreter_problem(const std::string& python);
+
 /// The last ```python (or ```py, or plain ```) fenced block of the response.
 std::optional<std::string> extract_code(std::string_view response);
 
