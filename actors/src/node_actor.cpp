@@ -469,8 +469,8 @@ node_actor::behavior_type node_behavior(node_pointer self, node_setup setup) {
         finish(self, exit_unreachable,
                "node(s) " + (missing.empty() ? std::string{"(all connected, probes unanswered)"} : missing) +
                    " did not join within cluster.connect_timeout_s = " +
-                   std::to_string(st.setup.config.cluster.connect_timeout_s) + " s; start them with areal --config " +
-                   st.setup.config.source + " --node NAME");
+                   fmt::format("{:g}", st.setup.config.cluster.connect_timeout_s) +
+                   " s; start them with areal --config " + st.setup.config.source + " --node NAME");
       },
   };
 }

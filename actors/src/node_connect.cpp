@@ -23,8 +23,9 @@ void retry_connect(node_pointer self, const std::string& why) {
   if (std::chrono::steady_clock::now() + st.backoff > st.connect_deadline) {
     finish(self, exit_unreachable,
            "could not reach the controller node " + target.name + " at " + target.host + ":" +
-               std::to_string(target.port) + " within " + std::to_string(st.setup.config.cluster.connect_timeout_s) +
-               " s (" + std::to_string(st.connect_attempts) + " attempts; last error: " + why +
+               std::to_string(target.port) + " within " +
+               fmt::format("{:g}", st.setup.config.cluster.connect_timeout_s) + " s (" +
+               std::to_string(st.connect_attempts) + " attempts; last error: " + why +
                "). Start that node, or check its host and port in " + st.setup.config.source +
                (uses_tls(st.setup.config) ? " (with cluster.security = \"tls\", a controller node without TLS shows as "
                                             "this too)"

@@ -267,7 +267,7 @@ void check_deadlines(pool_pointer self) {
     st.stats.timeouts++;
     st.stats.scored++;
     answer_failed(it->second, verdict::timeout,
-                  "verification exceeded the pool's deadline of " + std::to_string(st.config.timeout_s) + " s");
+                  "verification exceeded the pool's deadline of " + fmt::format("{:g}", st.config.timeout_s) + " s");
     st.pending.erase(it);
     replace_worker(self, w, "missing its deadline");
   }

@@ -10,6 +10,8 @@
 
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 namespace areal::reward {
 
 namespace {
@@ -147,7 +149,7 @@ verification verify_code(std::string_view response, const code_task& task, const
       return verification{verdict::timeout, 0.0f, "verification cancelled (pool deadline)"};
     if (time_left() <= 0)
       return verification{verdict::timeout, 0.0f,
-                          "total time limit of " + std::to_string(task.total_time_s) + " s exceeded"};
+                          "total time limit of " + fmt::format("{:g}", task.total_time_s) + " s exceeded"};
     return std::nullopt;
   };
 
