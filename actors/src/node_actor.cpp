@@ -137,6 +137,7 @@ void end_run(node_pointer self, const std::string& why) {
     finish(self, exit_ok, why);
     return;
   }
+  state.run_ending = true;
   auto pending = std::make_shared<size_t>(state.peers.size());
   for (auto& [name, p] : state.peers) {
     auto peer_name = name;
@@ -257,7 +258,10 @@ void on_peer_down(node_pointer self, const caf::down_msg& down) {
     st.lost.push_back(name);
     st.stats.peers_lost++;
     st.stats.peers_connected = static_cast<uint32_t>(st.peers.size());
-    spdlog::warn("lost peer {} (roles {}): {}", name, roles, describe(down.reason));
+    if (st.run_ending || st.finished)
+      spdlog::info("peer {} (roles {}) left as the run ended", name, roles);
+    else
+      spdlog::warn("lost peer {} (roles {}): {}", name, roles, describe(down.reason));
     if (name == st.setup.config.controller_node().name)
       finish(self, exit_lost_controller, "lost the controller node " + name);
     return;

@@ -38,6 +38,7 @@ struct node_state {
   bool self_probe_done = false;
   bool all_joined = false;
   bool finished = false;
+  bool run_ending = false;  // the controller's node told its peers the run ended: they leave now
   node_stats stats;
   caf::actor controller;  // RL, controller node: the job's controller and weight publisher
   caf::actor publisher;
