@@ -61,7 +61,15 @@ inline options parse_options(int argc, char** argv, const char* name) {
     } else if (a == "--json" && i + 1 < argc) {
       o.json_path = argv[++i];
     } else if (a == "--threads" && i + 1 < argc) {
-      o.threads = std::atoi(argv[++i]);
+      std::string n = argv[++i];
+      o.threads = n.find_first_not_of("0123456789") == std::string::npos && n.size() <= 4 ? std::atoi(n.c_str()) : 0;
+      if (o.threads < 1 || o.threads > 1024) {
+        std::string program = name;
+        std::cerr << program.substr(0, program.find(' ')) << ": --threads " << n
+                  << ": give a count of threads from 1 to 1024 (default: the " << areal::cpus().usable()
+                  << " CPUs this process may use)\n";
+        std::exit(2);
+      }
     } else {
       std::cerr << "usage: " << name << " [--quick] [--json FILE] [--threads N]\n";
       std::exit(2);

@@ -69,7 +69,11 @@ double deliver(caf::actor_system& sys, sink_actor target, const packed<trajector
 
 int main(int argc, char** argv) {
   fit_blas_core(argc, argv);
-  bool quick = argc > 1 && std::string{argv[1]} == "--quick";
+  bool quick = argc == 2 && std::string{argv[1]} == "--quick";
+  if (argc > 2 || (argc == 2 && !quick)) {
+    std::cerr << "usage: bench_wire [--quick]\n";
+    return 2;
+  }
   auto facts = kernels::probe_blas();
   std::cout << "machine: " << areal::cpus().describe() << "; " << kernels::describe(facts) << "; fp32 GEMM 512^3 "
             << kernels::measure_gemm_gflops(512, 3) << " GFLOP/s (1 thread)\n";
