@@ -124,6 +124,13 @@ TEST_CASE(
   CHECK(temporaries_in(run_dir).empty());
   auto summary = nlohmann::json::parse(read_text(run_dir / "summary.json"));
   CHECK(summary["accuracy_before"].get<double>() == doctest::Approx(marked));
+  // Resumed once more over another held-out set (4 prompts): the recorded start is no baseline for it.
+  node_process other(
+      ci_sized_default({"--set", "rl.steps=" + std::to_string(total + 1), "--set", "eval.prompts=4", "--resume"}),
+      dir.path / "e.log", dir.path);
+  CHECK_MESSAGE(other.wait_exit(90s) == 0, other.log());
+  summary = nlohmann::json::parse(read_text(run_dir / "summary.json"));
+  CHECK(summary["accuracy_before"].get<double>() != doctest::Approx(marked));
 }
 
 TEST_CASE("a run's checkpoint holds a model directory that a later run starts from (model.path)") {

@@ -15,27 +15,31 @@ namespace areal::job {
 
 namespace fs = std::filesystem;
 
-std::optional<double> recorded_accuracy_before(const fs::path& run_dir) {
+std::optional<double> recorded_accuracy_before(const fs::path& run_dir, int64_t prompts) {
   std::ifstream in(run_dir / "metrics.jsonl");
   std::string line;
   while (std::getline(in, line)) {
     auto j = nlohmann::json::parse(line, nullptr, false);
     if (j.is_object() && j.value("event", "") == "eval" && j.value("before", false) && j.contains("accuracy") &&
         j["accuracy"].is_number())
-      return j["accuracy"].get<double>();
+      return j.value("prompts", prompts) == prompts ? std::optional{j["accuracy"].get<double>()} : std::nullopt;
   }
   return std::nullopt;
 }
 
 void eval_line(const fs::path& run_dir, const char* which, double time_s, int64_t version, double accuracy,
-               double mean_tokens) {
-  auto line = nlohmann::json{{"event", "eval"},          {"time_s", time_s},
-                             {"version", version},       {"accuracy", accuracy},
-                             {"response_tokens_mean", mean_tokens}, {which, true}}
-                  .dump();
+               double mean_tokens, int64_t prompts) {
+  auto line = nlohmann::json{{"event", "eval"},
+                             {"time_s", time_s},
+                             {"version", version},
+                             {"accuracy", accuracy},
+                             {"response_tokens_mean", mean_tokens},
+                             {which, true}};
+  if (prompts >= 0)
+    line["prompts"] = prompts;  // what a resumed run's gain is counted against
   try {
     append_only_file metrics(run_dir / "metrics.jsonl");
-    metrics.append(line + "\n");
+    metrics.append(line.dump() + "\n");
     metrics.sync();
   } catch (const file_error& e) {
     spdlog::error("the final evaluation is not in the metrics: {}", e.what());

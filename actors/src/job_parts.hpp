@@ -199,10 +199,10 @@ std::pair<trainer_side, controller_checkpoint> rejoined_trainer_side(caf::actor_
 /// weights) as a metrics line; `time_s` is the run's time then (the report
 /// draws accuracy against it).
 void eval_line(const std::filesystem::path& run_dir, const char* which, double time_s, int64_t version, double accuracy,
-               double mean_tokens);
+               double mean_tokens, int64_t prompts = -1);
 /// The accuracy of the evaluation before RL that metrics.jsonl records (a
-/// resumed run's own start), if it has one.
-std::optional<double> recorded_accuracy_before(const std::filesystem::path& run_dir);
+/// resumed run's own start), if it has one over the same number of held-out prompts.
+std::optional<double> recorded_accuracy_before(const std::filesystem::path& run_dir, int64_t prompts);
 /// The held-out accuracy of the final weights (into result.accuracy_after and
 /// metrics.jsonl): here with the trainer's weights by pointer, or by the
 /// evaluator beside a remote trainer.

@@ -182,8 +182,9 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
     }
     result.accuracy_before = r.accuracy;
     if (!resume)  // a resumed run's metrics are cut back to its checkpoint by the controller: none written here
-      eval_line(options.run_dir, "before", 0, 0, r.accuracy, r.mean_tokens);
-    else if (auto at_start = recorded_accuracy_before(options.run_dir))
+      eval_line(options.run_dir, "before", 0, 0, r.accuracy, r.mean_tokens,
+                static_cast<int64_t>(evals->prompts.size()));
+    else if (auto at_start = recorded_accuracy_before(options.run_dir, static_cast<int64_t>(evals->prompts.size())))
       result.accuracy_before = *at_start;  // RL's gain is counted from the run's start, not from the resume
     spdlog::info("held-out greedy accuracy {} RL: {:.1f}% ({} prompts; {})", resume ? "at resume, during" : "before",
                  100 * r.accuracy, evals->prompts.size(), by_difficulty_text(r));
