@@ -92,3 +92,9 @@ TEST_CASE("an unknown policy is refused with the policies there are") {
   auto r = blas_line({"AREAL_BLAS_CORE=fastest"}, "bogus");
   CHECK(contains(r.output, "AREAL_BLAS_CORE=fastest is not a policy: use auto, fit or keep"));
 }
+
+TEST_CASE("a core name OpenBLAS does not take is reported as not taken, with the core it chose itself") {
+  auto r = blas_line({"OPENBLAS_CORETYPE=NoSuchCore"}, "unknown-core", {"AREAL_BLAS_CORE"});
+  CHECK_MESSAGE(contains(r.output, "(detected by OpenBLAS; OPENBLAS_CORETYPE=NoSuchCore was not taken"), r.output);
+  CHECK_FALSE(contains(r.output, "set by OPENBLAS_CORETYPE"));
+}

@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <strings.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -293,6 +294,10 @@ void describe_loaded() {
     state.how = "corrected from " + record_field(record, "from");
     state.check_error = std::strtod(record_field(record, "error").c_str(), nullptr);
     state.check_passed = state.check_error <= error_bound;
+  } else if (!set.empty() && strcasecmp(set.c_str(), state.core.c_str()) != 0) {
+    // OpenBLAS ignores a name it does not know (or kernels the CPU lacks) and detects the core itself.
+    state.how = "detected by OpenBLAS; " + std::string(core_variable) + "=" + set +
+                " was not taken: no core of that name, or one this CPU cannot run";
   } else if (!set.empty()) {
     state.how = "set by " + std::string(core_variable);
   } else {
