@@ -221,21 +221,18 @@ void check_inputs(const run_config& c, const model_parts& m, job_datasets& d) {
                            " repeat a held-out prompt: the held-out accuracy is not all on unseen prompts");
   }
   // The warm start's demonstrations: training tasks with a solution that fits.
+  int64_t longest_prompt = 0, longest_demonstration = 0;
   for (size_t i = d.held_out; i < d.train.size(); ++i) {
     auto& item = d.train[i];
+    longest_prompt = std::max(longest_prompt, prompt_lengths[i]);
     if (item.worked_solution.empty())
       continue;
     auto tokens = prompt_lengths[i] + static_cast<int64_t>(m.tokenizer->encode(item.worked_solution).size()) + 1;
-    if (tokens <= context)
+    if (tokens <= context) {
       d.demonstrations.push_back(item);
+      longest_demonstration = std::max(longest_demonstration, tokens);
+    }
   }
-  int64_t longest_prompt = 0, longest_demonstration = 0;
-  for (size_t i = d.held_out; i < d.train.size(); ++i)
-    longest_prompt = std::max(longest_prompt, prompt_lengths[i]);
-  for (auto& item : d.demonstrations)
-    longest_demonstration =
-        std::max(longest_demonstration, static_cast<int64_t>(m.tokenizer->encode(item.prompt).size() +
-                                                             m.tokenizer->encode(item.worked_solution).size() + 1));
   check_micro_batch_budget(c, longest_prompt + new_tokens,
                            "the training prompts (up to " + std::to_string(longest_prompt) +
                                " tokens) with rl.max_new_tokens = " + std::to_string(new_tokens));
