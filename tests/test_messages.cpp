@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include <caf/sec.hpp>
+
 #include "areal/messages/codec.hpp"
 #include "areal/messages/packed.hpp"
 #include "sample_records.hpp"
@@ -209,4 +211,15 @@ TEST_CASE("a checkpoint's saved work is refused when it cannot be continued") {
   CHECK(decode<generation_request>(*encode(r)));
   r.so_far.finish = finish_reason::aborted;
   CHECK_FALSE(decode<generation_request>(*encode(r)));
+}
+
+TEST_CASE("an error is described by its text, with the kind of error only where the text needs it") {
+  // A failure of ours, carried as one of CAF's system errors with its text, reads as written.
+  CHECK(describe(caf::make_error(caf::sec::runtime_error, "trainer: a sequence of 34 tokens exceeds 33")) ==
+        "trainer: a sequence of 34 tokens exceeds 33");
+  CHECK(describe(caf::make_error(caf::sec::invalid_argument, "no chunk 7")) == "no chunk 7");
+  // CAF's own errors keep their name; the wire's say what was wrong with the bytes.
+  CHECK(describe(caf::make_error(caf::sec::request_timeout)) == "system: request_timeout");
+  CHECK(describe(caf::make_error(wire_errc::malformed, "3 bytes")) == "wire malformed: 3 bytes");
+  CHECK(describe(caf::error{}) == "no error");
 }

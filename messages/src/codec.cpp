@@ -50,6 +50,9 @@ std::string describe(const caf::error& err) {
     auto& detail = ctx.get_as<std::string>(0);
     if (err.category() == caf::atom("wire"))
       return "wire " + std::string{to_string(static_cast<wire_errc>(err.code()))} + ": " + detail;
+    // Our own failures travel as CAF's system errors with their text, which says it all.
+    if (err.category() == caf::atom("system"))
+      return detail;
     return category + ": " + detail;
   }
   if (err.category() == caf::atom("system"))
