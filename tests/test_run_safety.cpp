@@ -133,6 +133,38 @@ TEST_CASE(
   CHECK(summary["accuracy_before"].get<double>() != doctest::Approx(marked));
 }
 
+TEST_CASE("--resume of a run that did all its steps trains nothing and leaves its files; a larger rl.steps trains on") {
+  scratch_dir dir{"resume-complete"};
+  auto run_dir = dir.path / "run";
+  auto args = [&](const std::string& steps) {
+    return ci_sized_default({"--set", "rl.steps=" + steps, "--run-dir", run_dir.string(), "--resume"});
+  };
+  auto fresh = args("2");
+  fresh.pop_back();  // the first run starts without --resume
+  node_process first(fresh, dir.path / "a.log", dir.path);
+  REQUIRE_MESSAGE(first.wait_exit(60s) == 0, first.log());
+  auto checkpoint = fs::path{kernels::trainer::complete_checkpoint((run_dir / "checkpoint").string())};
+  REQUIRE(!checkpoint.empty());
+  auto metrics = read_text(run_dir / "metrics.jsonl");
+  auto summary = read_text(run_dir / "summary.json");
+  auto written = fs::last_write_time(checkpoint / "trainer_state.json");
+
+  node_process again(args("2"), dir.path / "b.log", dir.path);
+  CHECK_MESSAGE(again.wait_exit(60s) == 0, again.log());
+  CHECK_MESSAGE(
+      again.log().find("nothing to train; to train it further, resume with a larger rl.steps") != std::string::npos,
+      again.log());
+  CHECK(again.log().find("held-out greedy accuracy") == std::string::npos);  // no evaluation either
+  CHECK(read_text(run_dir / "metrics.jsonl") == metrics);
+  CHECK(read_text(run_dir / "summary.json") == summary);
+  CHECK(kernels::trainer::complete_checkpoint((run_dir / "checkpoint").string()) == checkpoint.string());
+  CHECK(fs::last_write_time(checkpoint / "trainer_state.json") == written);
+
+  node_process further(args("3"), dir.path / "c.log", dir.path);
+  CHECK_MESSAGE(further.wait_exit(60s) == 0, further.log());
+  CHECK(metric_steps(run_dir / "metrics.jsonl") == std::vector<int64_t>{1, 2, 3});
+}
+
 TEST_CASE("a run's checkpoint holds a model directory that a later run starts from (model.path)") {
   scratch_dir dir{"checkpoint-model"};
   auto first_dir = dir.path / "first";

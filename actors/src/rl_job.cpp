@@ -146,6 +146,15 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
   auto& resume = begin.resume;
   auto& resume_from = begin.resume_from;
   auto& evals = begin.evals;
+  if (resume && resume->steps >= rl.steps) {  // more steps than rl.steps were refused by check_resume_state
+    // Nothing left to train: the run's checkpoint, metrics and summary stay as it left them (before, the
+    // whole job started, evaluated twice and wrote the same checkpoint again).
+    result.why = "the run already did all its rl.steps = " + std::to_string(rl.steps) +
+                 " steps: nothing to train; to train it further, resume with a larger rl.steps (--resume --set " +
+                 "rl.steps=" + std::to_string(2 * rl.steps) + ")";
+    spdlog::info("{}", result.why);
+    return result;
+  }
 
   std::vector<kernels::sft_sample> transcripts;  // an agent run's demonstrations
   if (!resume && c.sft.steps > 0 && c.task.kind == "agent") {
