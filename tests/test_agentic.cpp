@@ -92,7 +92,7 @@ TEST_CASE("A chat transcript trains on exactly its assistant turns") {
   CHECK(std::vector<int32_t>(tr.tokens.begin(), tr.tokens.begin() + first) == t.render({chat[0]}, tools, true));
 }
 
-TEST_CASE("Tool calls are read out of the model's text; malformed ones stay text") {
+TEST_CASE("Tool calls are read out of the model's text, and malformed ones stay text") {
   auto r = chat_template::parse_reply(
       "let me add\n<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1}}\n</tool_call>");
   CHECK(r.content == "let me add");

@@ -312,7 +312,7 @@ TEST_CASE("the ledger agrees with the record the rollout side and the trainer ke
   CHECK(f.rec->checkpoints == std::vector<int64_t>{6});  // the final checkpoint
 }
 
-TEST_CASE("steps go on while a checkpoint is written; the next checkpoint and the run's end wait for it") {
+TEST_CASE("steps go on while a checkpoint is written, and the next checkpoint and the run's end wait for it") {
   fixture f;
   auto cs = f.setup(4, 8, 1, 6);
   cs.checkpoint_every = 2;
@@ -426,7 +426,7 @@ TEST_CASE("with weights published to other nodes, admission waits for each versi
     CHECK(r.admitted_version <= 3);
 }
 
-TEST_CASE("a rollout node that reports a version gets work at once; one that has not gets none until it settles") {
+TEST_CASE("a rollout node that reports a version gets work at once, and one that has not gets none until it settles") {
   fixture f;
   const int64_t batch = 8;
   auto cs = f.setup(4, batch, 1, 8);  // eta 1
@@ -501,7 +501,7 @@ TEST_CASE("a sample that no member ever answers is reported where it is, not los
   CHECK(ledger[{0, 0}][2] == "dropped");  // its group never completed
 }
 
-TEST_CASE("a request past its deadline is generated again; a late reply is let go") {
+TEST_CASE("a request past its deadline is generated again and a late reply is let go") {
   fixture f;
   auto cs = f.setup(4, 8, 0, 3);  // synchronous: the first batch needs the held samples
   cs.request_timeout = std::chrono::seconds(5);

@@ -109,7 +109,7 @@ TEST_CASE("a container's hierarchy mounted from a sub-folder, and a mount point 
   CHECK(q->cpus == doctest::Approx(0.3));
 }
 
-TEST_CASE("usable CPUs: the affinity, cut by the quota's whole CPUs, at least one; and the oversubscription warning") {
+TEST_CASE("usable CPUs: the affinity, cut by the quota's whole CPUs, at least one, and the oversubscription warning") {
   cpu_budget b;
   b.online = 8;
   b.affinity = 4;

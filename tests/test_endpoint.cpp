@@ -244,7 +244,7 @@ TEST_CASE("An endpoint with an API key refuses requests without it") {
   CHECK(c.Get("/v1/models")->status == 200);
 }
 
-TEST_CASE("A client that goes away mid-stream frees its generation; 1,000 connections at once are all answered") {
+TEST_CASE("A client that goes away mid-stream frees its generation, and 1,000 connections at once are all answered") {
   fixture f{[](endpoint_setup& es) {
     es.max_pending = 64;
     es.threads = 32;

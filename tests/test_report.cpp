@@ -121,7 +121,7 @@ TEST_CASE("report: a damaged line in the middle is an error naming the file and 
   CHECK(error_of([&] { read(d, "r"); }).find("trace.json line 2 column") != std::string::npos);
 }
 
-TEST_CASE("report: a resumed run is one line of steps in two segments; a run going on is in progress") {
+TEST_CASE("report: a resumed run is one line of steps in two segments, and a run going on is in progress") {
   scratch_dir d("report-resumed");
   fs::create_directories(d.path / "r");
   d.write("r/metrics.jsonl", step_line(1, 0.5, 0.2) + "\n" + step_line(2, 1.0, 0.3) + "\n" +
@@ -168,7 +168,7 @@ TEST_CASE("report: the timeline summary holds every track, the other nodes' too,
   CHECK(written["traceEvents"].back()["args"] == json({{"batch", 7}, {"context", 300}}));
 }
 
-TEST_CASE("report: benchmark files are recognised by kind and checked; others are refused with the reason") {
+TEST_CASE("report: benchmark files are recognised by kind and checked, and others are refused with the reason") {
   scratch_dir d("report-bench");
   auto async_file = d.write("a.json", R"({"bench": "bench_async_vs_sync", "workloads": [{"name": "w", "bound": 5,
       "runs": [{"name": "sync", "trained_tokens_per_s": 1, "ratio_to_sync": 1}]}]})");

@@ -269,7 +269,8 @@ TEST_CASE("[rl]'s sampling and objective reach the requests and the trainer as c
   CHECK(t.data_parallel == 1);  // the job sets it from the node's cores
 }
 
-TEST_CASE("a node computes on its devices, else on model.device; a trainer's replicas take the GPUs after the first") {
+TEST_CASE(
+    "a node computes on its devices, else on model.device, and a trainer's replicas take the GPUs after the first") {
   run_config c;
   node_spec n;
   c.model.device = "cuda:2";

@@ -133,7 +133,8 @@ TEST_CASE(
   CHECK(summary["accuracy_before"].get<double>() != doctest::Approx(marked));
 }
 
-TEST_CASE("--resume of a run that did all its steps trains nothing and leaves its files; a larger rl.steps trains on") {
+TEST_CASE(
+    "--resume of a run that did all its steps trains nothing and leaves its files, and a larger rl.steps trains on") {
   scratch_dir dir{"resume-complete"};
   auto run_dir = dir.path / "run";
   auto args = [&](const std::string& steps) {

@@ -400,7 +400,7 @@ cas_answer scripted(cas_op, const std::string& a, const std::string& b, double) 
 
 }  // namespace
 
-TEST_CASE("an algebra process answers in a process of its own; one that crashes or hangs is ended, not the caller") {
+TEST_CASE("an algebra process answers in a process of its own: one that crashes or hangs is ended, not the caller") {
   using status = cas_result::status;
   auto run = [](const std::string& a, const std::string& b, int limit_ms = 2000) {
     return run_in_cas_process(scripted, cas_op::equal, a, b, 0, std::chrono::milliseconds(limit_ms));
