@@ -6,6 +6,7 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <map>
@@ -151,7 +152,7 @@ rl_job_result run_job(caf::actor_system& sys, const rl_job_options& options, con
     // whole job started, evaluated twice and wrote the same checkpoint again).
     result.why = "the run already did all its rl.steps = " + std::to_string(rl.steps) +
                  " steps: nothing to train; to train it further, resume with a larger rl.steps (--resume --set " +
-                 "rl.steps=" + std::to_string(2 * rl.steps) + ")";
+                 "rl.steps=" + std::to_string(std::max<int64_t>(2 * rl.steps, rl.steps + 1)) + ")";
     spdlog::info("{}", result.why);
     return result;
   }
