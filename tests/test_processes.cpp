@@ -169,10 +169,11 @@ TEST_CASE("the single-node default runs the RL job, SIGINT checkpoints it and --
   CHECK(std::filesystem::exists(run_dir / "config.toml"));
   {
     // Past the steps the first run did before the signal reached it (on a fast machine more than ten).
+    const std::string last_checkpoint = "checkpoint of version ";
     auto log = read_text(dir.path / "a.log");
-    auto at = log.rfind("checkpoint of version ");
+    auto at = log.rfind(last_checkpoint);
     REQUIRE(at != std::string::npos);
-    auto done = std::stoll(log.substr(at + std::string{"checkpoint of version "}.size()));
+    auto done = std::stoll(log.substr(at + last_checkpoint.size()));
     node_process resumed(with({"--set", "rl.steps=" + std::to_string(done + 4), "--resume"}), dir.path / "b.log",
                          dir.path);
     CHECK_MESSAGE(resumed.wait_exit(60s) == 0, resumed.log());

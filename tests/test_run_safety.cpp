@@ -137,12 +137,13 @@ TEST_CASE(
     "--resume of a run that did all its steps trains nothing and leaves its files, and a larger rl.steps trains on") {
   scratch_dir dir{"resume-complete"};
   auto run_dir = dir.path / "run";
-  auto args = [&](const std::string& steps) {
-    return ci_sized_default({"--set", "rl.steps=" + steps, "--run-dir", run_dir.string(), "--resume"});
+  auto args = [&](const std::string& steps, bool resume = true) {
+    auto a = ci_sized_default({"--set", "rl.steps=" + steps, "--run-dir", run_dir.string()});
+    if (resume)
+      a.push_back("--resume");
+    return a;
   };
-  auto fresh = args("2");
-  fresh.pop_back();  // the first run starts without --resume
-  node_process first(fresh, dir.path / "a.log", dir.path);
+  node_process first(args("2", false), dir.path / "a.log", dir.path);
   REQUIRE_MESSAGE(first.wait_exit(60s) == 0, first.log());
   auto checkpoint = fs::path{kernels::trainer::complete_checkpoint((run_dir / "checkpoint").string())};
   REQUIRE(!checkpoint.empty());
