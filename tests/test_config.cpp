@@ -176,6 +176,20 @@ TEST_CASE("connection timeout must exceed the heartbeat interval") {
   CHECK(contains(e, "--set cluster.connection_timeout_ms=400: cluster.connection_timeout_ms: must exceed"));
 }
 
+TEST_CASE("a run name stays inside run.output_dir") {
+  for (auto name : {"..", ".", "../elsewhere", "sweep/../../x", "/tmp/x", "a//b", "./a"}) {
+    CAPTURE(name);
+    auto e = only_error(two_nodes, {std::string{"run.name=\""} + name + "\""});
+    CHECK(contains(e, "run.name: \"" + std::string{name} + "\" is not a name inside run.output_dir"));
+  }
+  for (auto name : {"demo", "sweep/lr1", "v1.2", "..hidden", "a..b"}) {
+    CAPTURE(name);
+    auto r = parse_config(two_nodes, "topo.toml", {std::string{"run.name=\""} + name + "\""});
+    REQUIRE(r.config);
+    CHECK(r.config->run.name == name);
+  }
+}
+
 TEST_CASE("TOML syntax errors give the position") {
   auto e = only_error("[run]\nname = \"x\n");
   CHECK(contains(e, "topo.toml:2:"));

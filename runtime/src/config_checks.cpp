@@ -344,6 +344,23 @@ void check_rules(toml::table& root, context& ctx) {
     ctx.fail(ctx.where(root["rl"]["group_size"].node()), "rl.group_size",
              "1: every advantage estimator here (grpo, dr_grpo, rloo) compares a sample with the others of its "
              "group, so a group of one has advantage 0 and nothing is learned; use at least 2");
+  if (auto name = root["run"]["name"].value<std::string>(); name && !name->empty()) {
+    // The run directory is output_dir/name: a name that is absolute or steps up puts it elsewhere, and "." is
+    // output_dir itself (where --fresh would move every other run aside with it).
+    bool stays_inside = name->front() != '/';
+    for (size_t first = 0; stays_inside && first <= name->size();) {
+      auto end = std::min(name->find('/', first), name->size());
+      auto part = name->substr(first, end - first);
+      stays_inside = part != "." && part != ".." && (end == name->size() || !part.empty());
+      first = end + 1;
+    }
+    if (!stays_inside)
+      ctx.fail(ctx.where(root["run"]["name"].node()), "run.name",
+               "\"" + *name +
+                   "\" is not a name inside run.output_dir (the run directory is output_dir/name); use a plain "
+                   "name such as \"demo\" (folders such as \"sweep/lr1\" are fine), or --run-dir DIR to put the run "
+                   "anywhere");
+  }
   auto kind = root["task"]["kind"].value<std::string>();
   auto train = root["task"]["train_path"].value<std::string>();
   if (kind && *kind == "jsonl" && train && *train == "-")

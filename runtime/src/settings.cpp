@@ -128,23 +128,25 @@ constexpr double inf = INFINITY;
 std::vector<section> make_table() {
   using c = run_config;
   std::vector<section> t;
-  t.push_back({"run",
-               false,
-               "What this run is called and where its outputs go.",
-               {
-                   text("name", &c::run, &run_spec::name, "run name; the run directory is output_dir/name"),
-                   text("output_dir", &c::run, &run_spec::output_dir,
-                        "parent directory of run directories (relative to the working directory)"),
-                   in("seed", &c::run, &run_spec::seed, 0, 9.007199254740992e15, "seed of every random stream"),
-                   in("hold_s", &c::run, &run_spec::hold_s, 0, 86400,
-                      "probe job: seconds the controller keeps the run up after every node joined"),
-                   flag_choice("job", &c::run, &run_spec::probe_only, "rl", "probe",
-                               "rl: the RL run; probe: a connectivity check of the topology (every node joins and "
-                               "exchanges a trajectory, then the run ends)"),
-                   in("dashboard_port", &c::run, &run_spec::dashboard_port, 0, 65535,
-                      "the live dashboard: the process that runs the job serves the report page of the run on "
-                      "127.0.0.1 at this port while the run lasts (0: none; off by default for shared hosts)"),
-               }});
+  t.push_back(
+      {"run",
+       false,
+       "What this run is called and where its outputs go.",
+       {
+           text("name", &c::run, &run_spec::name,
+                "run name; the run directory is output_dir/name (a relative name: no leading /, no . or .. in it)"),
+           text("output_dir", &c::run, &run_spec::output_dir,
+                "parent directory of run directories (relative to the working directory)"),
+           in("seed", &c::run, &run_spec::seed, 0, 9.007199254740992e15, "seed of every random stream"),
+           in("hold_s", &c::run, &run_spec::hold_s, 0, 86400,
+              "probe job: seconds the controller keeps the run up after every node joined"),
+           flag_choice("job", &c::run, &run_spec::probe_only, "rl", "probe",
+                       "rl: the RL run; probe: a connectivity check of the topology (every node joins and "
+                       "exchanges a trajectory, then the run ends)"),
+           in("dashboard_port", &c::run, &run_spec::dashboard_port, 0, 65535,
+              "the live dashboard: the process that runs the job serves the report page of the run on "
+              "127.0.0.1 at this port while the run lasts (0: none; off by default for shared hosts)"),
+       }});
   auto chunk = base("weight_chunk_kb", kind::integer, 64, 1048576, {},
                     "weights travel in chunks of this size, each with its own checksum");
   chunk.get = [](const run_config& x) { return value{static_cast<int64_t>(x.cluster.weight_chunk_bytes / 1024)}; };
