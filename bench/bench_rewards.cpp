@@ -4,15 +4,22 @@
 // directly, on one thread and on every hardware thread at once, and (2) through the
 // reward pool actor with 1 and with 2 workers, and
 // the sandbox's overhead as a ratio over running the same program with plain
-// python3 (fork + exec + wait, no isolation), all in one run.
+// python3 (fork + exec + wait, no isolation), all in one run. And what the
+// process that asks costs the helper programs the reward service starts
+// instead of forking it: a sandbox run's set-up by the supervisor program
+// against a fork, from this process as it is and holding 2 GB more; the
+// memory an algebra process holds after 2 GB of this process are rewritten
+// (as a trainer's step does), as areal-algebra and as a fork.
 // Usage: bench_rewards [--quick] [--json FILE]
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <thread>
@@ -26,6 +33,7 @@
 #include "areal/actors/node.hpp"
 #include "areal/actors/reward_pool.hpp"
 #include "areal/runtime/cpus.hpp"
+#include "cas_process.hpp"  // the algebra process (runtime/src/reward)
 
 extern char** environ;
 
@@ -96,6 +104,44 @@ long resident_mb() {
   return -1;
 }
 
+// The same comparisons as builtin_comparison under another name: run_in_cas_process
+// forks this process for any function but that one (the fallback where areal-algebra is missing).
+reward::math::cas_answer forked_comparison(reward::math::cas_op op, const std::string& a, const std::string& b,
+                                           double tolerance) {
+  return reward::math::builtin_comparison(op, a, b, tolerance);
+}
+
+// VmRSS of process `pid`, in MB.
+long resident_mb_of(int pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("VmRSS:", 0) == 0)
+      return std::stol(line.substr(6)) / 1024;
+  return -1;
+}
+
+// The resident memory of the children of this process other than `before`, in MB.
+long new_children_mb(const std::vector<int>& before) {
+  long total = 0;
+  std::error_code ec;
+  for (auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    auto name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos)
+      continue;
+    int pid = std::stoi(name);
+    std::ifstream status(entry.path() / "status");
+    std::string line;
+    while (std::getline(status, line))
+      if (line.rfind("PPid:", 0) == 0) {
+        if (std::stoi(line.substr(5)) == getpid() && std::find(before.begin(), before.end(), pid) == before.end())
+          total += resident_mb_of(pid);
+        break;
+      }
+  }
+  return total;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -109,8 +155,8 @@ int main(int argc, char** argv) {
   out["root"] = geteuid() == 0;
   std::cout << "machine: " << areal::cpus().describe() << "; running as "
             << (geteuid() == 0 ? "root (programs run as their own uids)" : "an unprivileged user") << "; " << python
-            << "; this process resident " << resident_mb() << " MB (each sandbox run forks it: its page tables are "
-            << "copied, plain python3 is posix_spawn'ed)\n";
+            << "; this process resident " << resident_mb()
+            << " MB; sandbox runs start the supervisor program, plain python3 is posix_spawn'ed\n";
 
   // Sandbox overhead on one trivial program.
   {
@@ -133,6 +179,70 @@ int main(int argc, char** argv) {
     std::cout << "sandbox: print(1) takes " << 1e3 * boxed / runs << " ms sandboxed vs " << 1e3 * plain / runs
               << " ms with plain python3; overhead ratio " << boxed / plain << "\n";
     out["sandbox"] = {{"sandboxed_ms", 1e3 * boxed / runs}, {"plain_ms", 1e3 * plain / runs}, {"ratio", boxed / plain}};
+
+    // What the process asking for runs costs them: in the job the reward workers
+    // share a process with the trainer (weights, gradients, Adam moments). A run
+    // set up by the supervisor program against one set up by forking this process
+    // (the fallback where the program is missing: sandbox_policy::supervisor), as
+    // the process is and with 2 GB more of touched memory, alternating.
+    reward::sandbox_policy forking;
+    forking.supervisor = "/nonexistent/areal-sandbox-supervisor";
+    std::vector<char> held;
+    for (size_t extra_mb : {size_t{0}, size_t{2048}}) {
+      held.assign(extra_mb << 20, 1);
+      double spawned = 0, forked = 0;
+      for (int i = 0; i < runs; ++i) {
+        auto start = clock_type::now();
+        reward::run_sandboxed(r);
+        spawned += seconds_since(start);
+        start = clock_type::now();
+        reward::run_sandboxed(r, forking);
+        forked += seconds_since(start);
+      }
+      auto mb = resident_mb();
+      std::cout << "sandbox from a process of " << mb << " MB: print(1) takes " << 1e3 * spawned / runs
+                << " ms with the supervisor program vs " << 1e3 * forked / runs
+                << " ms forking this process; forked/spawned " << forked / spawned << "\n";
+      out["sandbox_host_memory"].push_back({{"resident_mb", mb},
+                                            {"supervisor_ms", 1e3 * spawned / runs},
+                                            {"fork_ms", 1e3 * forked / runs},
+                                            {"ratio", forked / spawned}});
+    }
+    held = {};
+    held.shrink_to_fit();
+
+    // A reward thread's algebra process lives as long as the thread; beside the
+    // trainer's 2 GB of weights and moments, rewritten by every step: what it
+    // holds of them afterwards, as the areal-algebra program and as a fork.
+    held.assign(size_t{2048} << 20, 1);
+    for (bool program : {true, false}) {
+      auto compare = program ? reward::math::builtin_comparison : forked_comparison;
+      std::atomic<int> phase{0};
+      reward::math::cas_result answer;
+      std::thread reward_thread{[&] {
+        answer = reward::math::run_in_cas_process(compare, reward::math::cas_op::equal, "(x-1)*(x+1)", "x^2-1", 0,
+                                                  std::chrono::milliseconds(2000));
+        phase = 1;
+        while (phase != 2)
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }};
+      while (phase != 1)
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      for (size_t i = 0; i < held.size(); i += 4096)
+        held[i] = static_cast<char>(held[i] + 1);  // an optimizer step: every page written
+      auto holds = new_children_mb({});
+      phase = 2;
+      reward_thread.join();
+      if (answer.outcome != reward::math::cas_result::status::answered) {
+        std::cerr << "bench_rewards: the algebra process did not answer\n";
+        return 1;
+      }
+      std::cout << "algebra process " << (program ? "(areal-algebra)" : "(a fork of this process)") << " beside "
+                << resident_mb() << " MB rewritten after it started: holds " << holds << " MB\n";
+      out["algebra_process_mb"][program ? "program" : "fork"] = holds;
+    }
+    held = {};
+    held.shrink_to_fit();
 
     // The assertion harness: a judge and the program in two sandboxed processes,
     // against plain python3 running the program and its assertions in one.

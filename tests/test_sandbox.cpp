@@ -4,14 +4,22 @@
 #include <doctest/doctest.h>
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
 #include "areal/reward/code_verifier.hpp"
+#include "child_processes.hpp"
 #include "code_harness.hpp"
+#include "helper_programs.hpp"
+#include "sandbox_inside.hpp"
 
 using namespace areal;
 using namespace areal::reward;
@@ -318,4 +326,76 @@ TEST_CASE("assertions see only plain data: values of the program cross, behaviou
   INFO(restricted.detail);
   CHECK(restricted.judged == verdict::wrong);  // LIMIT and pair are not entry points
   CHECK(restricted.detail.find("NameError") != std::string::npos);
+}
+
+TEST_CASE("a run is set up by the supervisor program, which holds none of the caller's memory") {
+  // A fork of this process would copy the page tables of these (and of a trainer's gigabytes) four times a run.
+  auto weights = touched_memory(256);
+  sandbox_request slow;
+  slow.argv = {"/usr/bin/python3", "-I", "main.py"};
+  slow.files = {{"main.py", "import time\ntime.sleep(1.5)\nprint('slept')\n"}};
+  std::atomic<bool> done{false};
+  sandbox_result result;
+  std::thread run{[&] {
+    result = run_sandboxed(slow);
+    done = true;
+  }};
+  std::vector<child_process> supervisors;
+  for (int i = 0; i < 200 && !done && supervisors.empty(); ++i) {  // at most ~1 s: the program sleeps 1.5 s
+    for (auto& c : child_processes())
+      if (std::filesystem::path{c.program}.filename() == "areal-sandbox-supervisor")
+        supervisors.push_back(c);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  run.join();
+  CHECK(result.outcome == sandbox_outcome::exited);
+  CHECK(result.out == "slept\n");
+  for (auto& n : result.notes)
+    CHECK_MESSAGE(n.find("no sandbox supervisor program") == std::string::npos, n);
+  REQUIRE_MESSAGE(supervisors.size() == 1, "no areal-sandbox-supervisor among this process's children");
+  CHECK(supervisors[0].resident_kb < 64 * 1024);
+  CHECK(weights.size() == size_t{256} << 20);
+}
+
+TEST_CASE("where the supervisor program is missing a run forks this process, and says so") {
+  sandbox_request r;
+  r.argv = {"/usr/bin/python3", "-I", "main.py"};
+  r.files = {{"main.py", "print(1)\n"}};
+  sandbox_policy policy;
+  policy.supervisor = "/nonexistent/areal-sandbox-supervisor";
+  auto result = run_sandboxed(r, policy);
+  CHECK(result.outcome == sandbox_outcome::exited);
+  CHECK(result.out == "1\n");
+  bool said = false;
+  for (auto& n : result.notes)
+    said |= n.find("no sandbox supervisor program (/nonexistent/areal-sandbox-supervisor)") != std::string::npos;
+  CHECK(said);
+}
+
+TEST_CASE("the supervisor program refuses a plan of another build, on the run's status pipe") {
+  std::string looked_at;
+  auto program = find_helper_program("areal-sandbox-supervisor", looked_at);
+  REQUIRE_MESSAGE(program, "not found: " << looked_at);
+  int plan[2], status[2];
+  REQUIRE(pipe(plan) == 0);
+  REQUIRE(pipe(status) == 0);
+  std::string text = R"({"format": 999})";
+  REQUIRE(write(plan[1], text.data(), text.size()) == static_cast<ssize_t>(text.size()));
+  close(plan[1]);
+  auto plan_fd = std::to_string(plan[0]), status_fd = std::to_string(status[1]);
+  char* argv[] = {program->data(), plan_fd.data(), status_fd.data(), nullptr};
+  pid_t pid = -1;
+  REQUIRE(posix_spawn(&pid, program->c_str(), nullptr, nullptr, argv, environ) == 0);
+  close(plan[0]);
+  close(status[1]);
+  inside::status_record_t record{};
+  auto got = read(status[0], &record, sizeof record);
+  close(status[0]);
+  int exit_status = 0;
+  waitpid(pid, &exit_status, 0);
+  REQUIRE(got == static_cast<ssize_t>(sizeof record));
+  CHECK(record.kind == inside::exec_failed_record);
+  CHECK(std::string{record.text}.find("the plan's format is 999") != std::string::npos);
+  CHECK(WIFEXITED(exit_status));
+  CHECK(WEXITSTATUS(exit_status) == 127);
 }

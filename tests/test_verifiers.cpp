@@ -14,6 +14,7 @@
 
 #include "areal/reward/verifiers.hpp"
 #include "cas_process.hpp"
+#include "child_processes.hpp"
 
 using namespace areal;
 using namespace areal::reward;
@@ -420,6 +421,39 @@ TEST_CASE("an algebra process answers in a process of its own: one that crashes 
   auto after = run("pid", "");
   REQUIRE(after.outcome == status::answered);
   CHECK(after.answer.value != where.answer.value);  // the hung one was ended and replaced
+}
+
+TEST_CASE("the algebra process is the areal-algebra program, which holds none of the caller's memory") {
+  // A fork of this process would keep these pages (and every one rewritten after it) for its whole life.
+  auto weights = touched_memory(256);
+  std::atomic<bool> asked{false}, done{false};
+  cas_result answer;
+  std::thread caller{[&] {
+    answer = run_in_cas_process(builtin_comparison, cas_op::equal, "(x-1)*(x+1)", "x^2-1", 0,
+                                std::chrono::milliseconds(2000));
+    asked = true;
+    while (!done)  // the thread's algebra process lives as long as the thread
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }};
+  while (!asked)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  auto children = child_processes();
+  done = true;
+  caller.join();
+  REQUIRE(answer.outcome == cas_result::status::answered);
+  CHECK(answer.answer.known);
+  CHECK(answer.answer.value == 1.0);
+  bool found = false;
+  for (auto& c : children) {
+    CAPTURE(c.program);
+    CAPTURE(c.resident_kb);
+    if (std::filesystem::path{c.program}.filename() != "areal-algebra")
+      continue;
+    found = true;
+    CHECK(c.resident_kb < 64 * 1024);  // its own libraries only; a fork: the 256 MB above and more
+  }
+  CHECK_MESSAGE(found, children.size() << " child process(es), none of them areal-algebra");
+  CHECK(weights.size() == size_t{256} << 20);
 }
 
 TEST_CASE("expression comparisons from many threads at once get the right verdicts") {

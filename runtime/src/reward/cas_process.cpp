@@ -1,9 +1,11 @@
 // The algebra process of a thread (see cas_process.hpp).
 #include "cas_process.hpp"
+#include "helper_programs.hpp"
 
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -58,8 +60,104 @@ struct answer_wire {
   double value;
 };
 
+// This thread's algebra process: its pid and our end of the socket to it.
+struct cas_child {
+  pid_t pid = -1;
+  int fd = -1;
+  cas_compute runs = nullptr;  // what the process computes
+  bool unavailable = false;    // it could not be started once: compute here from now on
+
+  ~cas_child() { stop(); }
+
+  void stop() {
+    if (fd >= 0)
+      ::close(fd);
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);
+      while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+    }
+    pid = -1;
+    fd = -1;
+    runs = nullptr;
+  }
+
+  bool start(cas_compute compute) {
+    int sv[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+      return false;
+    std::string looked_at;
+    auto program = compute == builtin_comparison ? find_helper_program("areal-algebra", looked_at) : std::nullopt;
+    pid_t child = program ? spawn(*program, sv[1]) : fork_running(compute, sv[1]);
+    ::close(sv[1]);
+    if (child < 0) {
+      ::close(sv[0]);
+      return false;
+    }
+    pid = child;
+    fd = sv[0];
+    runs = compute;
+    return true;
+  }
+
+  // areal-algebra with the socket as its descriptor 3 (see algebra_main.cpp).
+  static pid_t spawn(std::string program, int socket) {
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, socket, 3);  // close-on-exec cleared (also when socket is 3)
+    posix_spawn_file_actions_addclosefrom_np(&actions, 4);  // this process's sockets and files are not its
+    posix_spawnattr_t attributes;
+    posix_spawnattr_init(&attributes);
+    sigset_t none, all;
+    sigemptyset(&none);
+    sigfillset(&all);
+    posix_spawnattr_setsigmask(&attributes, &none);
+    posix_spawnattr_setsigdefault(&attributes, &all);
+    posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    auto parent = std::to_string(::getpid());
+    char* argv[] = {program.data(), parent.data(), nullptr};
+    char* no_environment[] = {nullptr};
+    pid_t child = -1;
+    int failed = ::posix_spawn(&child, program.c_str(), &actions, &attributes, argv, no_environment);
+    posix_spawn_file_actions_destroy(&actions);
+    posix_spawnattr_destroy(&attributes);
+    return failed == 0 ? child : -1;
+  }
+
+  // A fork of this process that runs `compute` (for any function but
+  // builtin_comparison, and for that one where areal-algebra is missing).
+  static pid_t fork_running(cas_compute compute, int socket) {
+    pid_t parent = ::getpid();
+    pid_t child;
+    {
+      std::lock_guard<std::mutex> lock{in_process_cas_mutex()};
+      child = ::fork();
+    }
+    if (child == 0) {
+      // Only this thread lives on here: no locks but its own, no exit handlers (_exit).
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent)
+        _exit(0);
+      ::prctl(PR_SET_NAME, "areal-cas", 0, 0, 0);
+      ::signal(SIGINT, SIG_IGN);  // a terminal's Ctrl-C is the parent's to handle
+      for (int sig : {SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL, SIGTERM})
+        ::signal(sig, SIG_DFL);  // a crash here ends this process quietly; the caller sees it
+      int keep = ::dup2(socket, 3);
+      if (keep != 3)
+        _exit(1);
+      ::close_range(4, ~0U, 0);  // the parent's sockets and files are not this process's
+      serve_cas(3, compute);
+    }
+    return child;
+  }
+};
+
+thread_local cas_child this_thread_child;
+
+}  // namespace
+
 // The algebra process's loop: one request at a time until the socket closes.
-[[noreturn]] void serve(int fd, cas_compute compute) {
+[[noreturn]] void serve_cas(int fd, cas_compute compute) {
   std::string a, b;
   while (true) {
     request_head head{};
@@ -81,67 +179,6 @@ struct answer_wire {
   }
 }
 
-// This thread's algebra process: its pid and our end of the socket to it.
-struct cas_child {
-  pid_t pid = -1;
-  int fd = -1;
-  bool unavailable = false;  // fork failed once: compute here from now on
-
-  ~cas_child() { stop(); }
-
-  void stop() {
-    if (fd >= 0)
-      ::close(fd);
-    if (pid > 0) {
-      ::kill(pid, SIGKILL);
-      while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
-      }
-    }
-    pid = -1;
-    fd = -1;
-  }
-
-  bool start(cas_compute compute) {
-    int sv[2];
-    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
-      return false;
-    pid_t parent = ::getpid();
-    pid_t child;
-    {
-      std::lock_guard<std::mutex> lock{in_process_cas_mutex()};
-      child = ::fork();
-    }
-    if (child < 0) {
-      ::close(sv[0]);
-      ::close(sv[1]);
-      return false;
-    }
-    if (child == 0) {
-      // Only this thread lives on here: no locks but its own, no exit handlers (_exit).
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent)
-        _exit(0);
-      ::prctl(PR_SET_NAME, "areal-cas", 0, 0, 0);
-      ::signal(SIGINT, SIG_IGN);  // a terminal's Ctrl-C is the parent's to handle
-      for (int sig : {SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL, SIGTERM})
-        ::signal(sig, SIG_DFL);  // a crash here ends this process quietly; the caller sees it
-      int keep = ::dup2(sv[1], 3);
-      if (keep != 3)
-        _exit(1);
-      ::close_range(4, ~0U, 0);  // the parent's sockets and files are not this process's
-      serve(3, compute);
-    }
-    ::close(sv[1]);
-    pid = child;
-    fd = sv[0];
-    return true;
-  }
-};
-
-thread_local cas_child this_thread_child;
-
-}  // namespace
-
 std::mutex& in_process_cas_mutex() {
   static std::mutex m;
   return m;
@@ -153,6 +190,8 @@ cas_result run_in_cas_process(cas_compute compute, cas_op op, const std::string&
   cas_result result;
   if (child.unavailable || a.size() > max_text || b.size() > max_text)
     return result;  // unavailable
+  if (child.pid > 0 && child.runs != compute)
+    child.stop();  // it computes something else
   if (child.pid <= 0 && !child.start(compute)) {
     child.unavailable = true;
     return result;

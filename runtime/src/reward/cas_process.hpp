@@ -34,10 +34,21 @@ struct cas_result {
 /// process), and while an algebra process is forked: it never starts mid-computation.
 std::mutex& in_process_cas_mutex();
 
+/// The comparisons an algebra process runs (math_expression.cpp): the ones the
+/// areal-algebra program serves.
+cas_answer builtin_comparison(cas_op op, const std::string& a, const std::string& b, double tolerance);
+
 /// Runs `compute(op, a, b, tolerance)` in the calling thread's algebra process within
 /// `limit`. failed: the process crashed or ran past the limit (it was killed);
 /// unavailable: no process could be started (the caller computes here instead).
+/// For builtin_comparison the process is the areal-algebra program, started
+/// with posix_spawn (helper_programs.hpp); for any other function, and where
+/// that program is missing, a fork of this process, which keeps every page
+/// this process rewrites after it (a trainer's weights) for as long as it lives.
 cas_result run_in_cas_process(cas_compute compute, cas_op op, const std::string& a, const std::string& b,
                               double tolerance, std::chrono::milliseconds limit);
+
+/// An algebra process's loop on socket `fd`: one request at a time until it closes.
+[[noreturn]] void serve_cas(int fd, cas_compute compute);
 
 }  // namespace areal::reward::math

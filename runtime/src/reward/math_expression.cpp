@@ -463,7 +463,7 @@ std::optional<double> ratio_here(const std::string& a, const std::string& b) {
 }
 
 // One comparison, as the algebra process runs it.
-cas_answer compute(cas_op op, const std::string& a, const std::string& b, double tolerance) {
+cas_answer compare_here(cas_op op, const std::string& a, const std::string& b, double tolerance) {
   if (op == cas_op::equal) {
     auto equal = equal_here(a, b, tolerance);
     return {equal.has_value(), equal && *equal ? 1.0 : 0.0};
@@ -481,18 +481,22 @@ std::optional<cas_answer> compare(cas_op op, const std::string& a, const std::st
   {
     std::unique_lock<std::mutex> here{in_process_cas_mutex(), std::try_to_lock};
     if (here.owns_lock())
-      return compute(op, a, b, tolerance);
+      return compare_here(op, a, b, tolerance);
   }
-  auto result = run_in_cas_process(compute, op, a, b, tolerance, comparison_limit);
+  auto result = run_in_cas_process(builtin_comparison, op, a, b, tolerance, comparison_limit);
   if (result.outcome == cas_result::status::answered)
     return result.answer;
   if (result.outcome == cas_result::status::failed)
     return std::nullopt;
   std::lock_guard<std::mutex> lock{in_process_cas_mutex()};  // no algebra process: here, one at a time
-  return compute(op, a, b, tolerance);
+  return compare_here(op, a, b, tolerance);
 }
 
 }  // namespace
+
+cas_answer builtin_comparison(cas_op op, const std::string& a, const std::string& b, double tolerance) {
+  return compare_here(op, a, b, tolerance);
+}
 
 std::optional<bool> expressions_equal(const std::string& a, const std::string& b, double relative_tolerance) {
   auto answer = compare(cas_op::equal, a, b, relative_tolerance);

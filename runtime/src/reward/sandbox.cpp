@@ -4,12 +4,15 @@
 // The host kills the supervisor's process group at the deadline.
 #include "areal/reward/sandbox.hpp"
 
+#include "helper_programs.hpp"
 #include "sandbox_inside.hpp"
+#include "sandbox_plan.hpp"
 #include "sandbox_uids.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -90,6 +93,83 @@ size_t await_no_processes(const std::vector<uint32_t>& uids, std::chrono::steady
   }
 }
 
+// The supervisor program to start, or nothing (see sandbox_policy::supervisor).
+std::optional<std::string> find_supervisor(const sandbox_policy& policy, std::string& looked_at) {
+  if (policy.supervisor.empty())
+    return find_helper_program("areal-sandbox-supervisor", looked_at);
+  if (access(policy.supervisor.c_str(), X_OK) == 0)
+    return policy.supervisor;
+  looked_at = policy.supervisor;
+  return std::nullopt;
+}
+
+// Starts the supervisor of `plan` in a process group of its own: the
+// supervisor program, or a fork of this process where there is none (noted).
+// Returns its pid, or -1 with `error` set.
+pid_t start_supervisor(const inside::child_plan& plan, std::vector<std::string>& notes, std::string& error) {
+  std::string looked_at;
+  auto program = find_supervisor(*plan.policy, looked_at);
+  if (!program) {
+    notes.push_back("no sandbox supervisor program (" + looked_at +
+                    "): forked this process instead, whose page tables every run copies");
+    pid_t pid = fork();
+    if (pid == 0)
+      inside::run_supervisor(plan);
+    if (pid < 0)
+      error = std::string{"fork: "} + std::strerror(errno);
+    else
+      setpgid(pid, pid);  // also done by the child; whichever runs first
+    return pid;
+  }
+  // The plan is in the pipe before the supervisor starts (so no write can meet a closed pipe): a few
+  // kilobytes, and the pipe is made large enough for it.
+  auto text = inside::encode_plan(plan, getpid());
+  int plan_pipe[2];
+  if (pipe2(plan_pipe, O_CLOEXEC) != 0) {
+    error = std::string{"pipe: "} + std::strerror(errno);
+    return -1;
+  }
+  if (static_cast<size_t>(fcntl(plan_pipe[1], F_GETPIPE_SZ)) < text.size())
+    fcntl(plan_pipe[1], F_SETPIPE_SZ, static_cast<int>(std::min<size_t>(text.size(), 1 << 20)));
+  fcntl(plan_pipe[1], F_SETFL, O_NONBLOCK);
+  auto written = write(plan_pipe[1], text.data(), text.size());
+  close(plan_pipe[1]);
+  if (written != static_cast<ssize_t>(text.size())) {
+    close(plan_pipe[0]);
+    error = "the sandbox run's plan (" + std::to_string(text.size()) +
+            " bytes: its argv and read-only directories) does not fit in a pipe; shorten them";
+    return -1;
+  }
+  // The descriptors the supervisor uses keep their numbers (a dup2 onto itself
+  // clears close-on-exec); every other one of this process is closed on exec.
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  for (int fd : {plan_pipe[0], plan.stdin_read, plan.stdout_write, plan.stderr_write, plan.status_write})
+    posix_spawn_file_actions_adddup2(&actions, fd, fd);
+  // A signal mask or ignored signals of the calling thread do not reach the run.
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attributes, &none);
+  posix_spawnattr_setsigdefault(&attributes, &all);
+  posix_spawnattr_setpgroup(&attributes, 0);
+  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  auto plan_fd = std::to_string(plan_pipe[0]), status_fd = std::to_string(plan.status_write);
+  char* argv[] = {program->data(), plan_fd.data(), status_fd.data(), nullptr};
+  char* no_environment[] = {nullptr};
+  pid_t pid = -1;
+  int failed = posix_spawn(&pid, program->c_str(), &actions, &attributes, argv, no_environment);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attributes);
+  close(plan_pipe[0]);
+  if (failed != 0) {
+    error = "cannot start the sandbox supervisor " + *program + ": " + std::strerror(failed);
+    return -1;
+  }
+  return pid;
+}
 
 void write_file(const std::filesystem::path& path, const std::string& content) {
   std::ofstream out(path, std::ios::binary);
@@ -190,18 +270,16 @@ sandbox_result run_sandboxed(const sandbox_request& request, const sandbox_polic
   plan.host_ends[3] = status_pipe[0];
 
   auto start = std::chrono::steady_clock::now();
-  pid_t supervisor = fork();
-  if (supervisor == 0)
-    inside::run_supervisor(plan);
+  std::string start_error;
+  pid_t supervisor = start_supervisor(plan, result.notes, start_error);
   for (int fd : {in_pipe[0], out_pipe[1], err_pipe[1], status_pipe[1]})
     close(fd);
   if (supervisor < 0) {
     for (int fd : {in_pipe[1], out_pipe[0], err_pipe[0], status_pipe[0]})
       close(fd);
     remove_tree(plan.work_dir);
-    return fail(std::string{"fork: "} + std::strerror(errno));
+    return fail(start_error);
   }
-  setpgid(supervisor, supervisor);  // also done by the child; whichever runs first
 
   // Feed stdin, drain output and status, enforce the deadline and the output cap.
   int stdin_fd = in_pipe[1];
@@ -290,6 +368,7 @@ sandbox_result run_sandboxed(const sandbox_request& request, const sandbox_polic
 
   bool have_status = false;
   int program_status = 0;
+  bool exec_failed = false;
   int exec_errno = 0;
   std::string exec_what;
   using namespace inside;
@@ -300,6 +379,7 @@ sandbox_result run_sandboxed(const sandbox_request& request, const sandbox_polic
     if (r.kind == note_record)
       result.notes.emplace_back(r.text);
     else if (r.kind == exec_failed_record) {
+      exec_failed = true;
       exec_errno = r.value;
       exec_what = r.text;
     } else if (r.kind == status_record) {
@@ -308,8 +388,8 @@ sandbox_result run_sandboxed(const sandbox_request& request, const sandbox_polic
       result.cpu_s = static_cast<double>(r.cpu_usec) / 1e6;
     }
   }
-  if (exec_errno != 0)
-    return fail(exec_what + " failed: " + std::strerror(exec_errno));
+  if (exec_failed)
+    return fail(exec_errno != 0 ? exec_what + " failed: " + std::strerror(exec_errno) : exec_what);
   if (killed_for_output) {
     result.outcome = sandbox_outcome::output_limit;
   } else if (killed_for_time) {

@@ -55,6 +55,14 @@ struct sandbox_policy {
   // What the program sees of the host's file system, read-only (plus /bin,
   // /sbin and /lib*, as links or directories, as on the host).
   std::vector<std::string> read_only_dirs = {"/usr", "/etc"};
+  // The small program that sets each run up (areal-sandbox-supervisor, started
+  // with posix_spawn): forking the calling process instead copies its page
+  // tables, in time that grows with its memory (a trainer's weights: ~70 ms
+  // per GB here, four forks a run). Empty: the one in $AREAL_HELPER_DIR, else
+  // the one this library was built with (its build tree, then its install
+  // prefix's libexec/areal). Where none is found the run forks this process,
+  // and says so in its notes.
+  std::string supervisor;
 };
 
 struct sandbox_companion {
