@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -454,6 +455,44 @@ TEST_CASE("the algebra process is the areal-algebra program, which holds none of
   }
   CHECK_MESSAGE(found, children.size() << " child process(es), none of them areal-algebra");
   CHECK(weights.size() == size_t{256} << 20);
+}
+
+TEST_CASE("an areal-algebra of another build, or one that says nothing, is replaced by a fork") {
+  auto dir = std::filesystem::temp_directory_path() / ("areal-helpers-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto program = dir / "areal-algebra";
+  for (std::string body : {"printf 'XXXX' >&3\nexec sleep 30\n", "exit 0\n"}) {
+    CAPTURE(body);
+    std::ofstream(program) << "#!/bin/sh\n" << body;
+    std::filesystem::permissions(program, std::filesystem::perms::owner_all);
+    ::setenv("AREAL_HELPER_DIR", dir.c_str(), 1);
+    cas_result answer;
+    std::vector<child_process> children;
+    std::atomic<bool> asked{false}, done{false};
+    std::thread caller{[&] {
+      answer = run_in_cas_process(builtin_comparison, cas_op::equal, "(x-1)*(x+1)", "x^2-1", 0,
+                                  std::chrono::milliseconds(10000));
+      asked = true;
+      while (!done)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }};
+    while (!asked)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    children = child_processes();
+    done = true;
+    caller.join();
+    ::unsetenv("AREAL_HELPER_DIR");
+    REQUIRE(answer.outcome == cas_result::status::answered);
+    CHECK(answer.answer.value == 1.0);
+    auto self = std::filesystem::read_symlink("/proc/self/exe");
+    bool forked = false;
+    for (auto& c : children) {
+      CHECK(c.program.find("areal-algebra") == std::string::npos);  // the impostor was ended
+      forked |= c.program == self.string();
+    }
+    CHECK(forked);
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("expression comparisons from many threads at once get the right verdicts") {

@@ -20,6 +20,9 @@ namespace areal::reward::math {
 namespace {
 
 constexpr size_t max_text = 64 * 1024;  // each side of a request; the readers refuse far less
+// The first thing an algebra process sends: the format of its requests and answers. An areal-algebra of
+// another build says another (and is replaced by a fork of this process).
+constexpr uint32_t wire_format = 1;
 
 bool send_all(int fd, const void* data, size_t n) {
   auto* p = static_cast<const char*>(data);
@@ -88,7 +91,14 @@ struct cas_child {
       return false;
     std::string looked_at;
     auto program = compute == builtin_comparison ? find_helper_program("areal-algebra", looked_at) : std::nullopt;
-    pid_t child = program ? spawn(*program, sv[1]) : fork_running(compute, sv[1]);
+    pid_t child = program ? spawn(*program, sv[1]) : -1;
+    if (child >= 0 && !says_hello(child, sv[0]))
+      child = -1;
+    if (child < 0) {  // no areal-algebra (or one of another build): a fork of this process
+      child = fork_running(compute, sv[1]);
+      if (child >= 0 && !says_hello(child, sv[0]))
+        child = -1;
+    }
     ::close(sv[1]);
     if (child < 0) {
       ::close(sv[0]);
@@ -98,6 +108,21 @@ struct cas_child {
     fd = sv[0];
     runs = compute;
     return true;
+  }
+
+  // Whether process `child` sent this build's wire format on `socket` within 5 s; if not, it is ended.
+  static bool says_hello(pid_t child, int socket) {
+    pollfd p{socket, POLLIN, 0};
+    uint32_t format = 0;
+    int ready;
+    while ((ready = ::poll(&p, 1, 5000)) < 0 && errno == EINTR) {
+    }
+    if (ready > 0 && receive_all(socket, &format, sizeof format) && format == wire_format)
+      return true;
+    ::kill(child, SIGKILL);
+    while (::waitpid(child, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    return false;
   }
 
   // areal-algebra with the socket as its descriptor 3 (see algebra_main.cpp).
@@ -158,6 +183,8 @@ thread_local cas_child this_thread_child;
 
 // The algebra process's loop: one request at a time until the socket closes.
 [[noreturn]] void serve_cas(int fd, cas_compute compute) {
+  if (!send_all(fd, &wire_format, sizeof wire_format))
+    _exit(0);
   std::string a, b;
   while (true) {
     request_head head{};

@@ -40,9 +40,10 @@ std::unique_ptr<received_plan> decode_plan(const std::string& text) {
   if (!j.is_object())
     throw std::invalid_argument("the plan is not a JSON object");
   if (j.value("format", 0) != plan_format)
-    throw std::invalid_argument("the plan's format is " + std::to_string(j.value("format", 0)) +
-                                ", this supervisor reads " + std::to_string(plan_format) +
-                                " (a supervisor of another build)");
+    throw std::invalid_argument(
+        "the plan's format is " + std::to_string(j.value("format", 0)) + ", this supervisor reads " +
+        std::to_string(plan_format) +
+        " (a supervisor of another build: install this build's, or set AREAL_HELPER_DIR to its libexec/areal)");
   auto out = std::make_unique<received_plan>();
   try {
     auto& r = out->request;
