@@ -197,6 +197,20 @@ TEST_CASE("a resumed stream hands out the saved work of its re-queued groups and
   for (int i = 0; i < 3; ++i)
     CHECK(changed->next()->request.so_far.tokens.empty());
   CHECK(changed->saved_unused() == 1);
+
+  // Saved by a run of larger groups: the samples past this run's group size are let go, not carried from
+  // checkpoint to checkpoint; the others continue.
+  saved.saved[1].segments[0].prompt_tokens = started[3].request.prompt_tokens;
+  saved.saved.push_back({{segment(5, finish_reason::stop, 3)}, true});
+  auto smaller = make_stream(3);
+  smaller->restore(saved);
+  CHECK(smaller->saved_past_group() == 1);
+  CHECK(smaller->saved_unused() == 0);
+  CHECK(smaller->saved_work().size() == 2);
+  CHECK(smaller->next()->scored.size() == 2);
+  smaller->next();
+  CHECK(smaller->next()->request.so_far.tokens.size() == 4);
+  CHECK(smaller->saved_work().empty());
 }
 
 TEST_CASE("the member table dispatches to the least loaded and hands each request's work back once") {

@@ -21,6 +21,8 @@ void say_saved_work(const controller_state& st, const controller_checkpoint& r) 
   int64_t generating = 0, tokens = 0, generated = 0, scored = 0;
   for (auto& saved : r.saved) {
     auto& t = saved.segments.front();
+    if (static_cast<int64_t>(t.sample_index) >= st.setup.group_size)
+      continue;  // let go (below)
     if (saved.scored)
       scored++;
     else if (t.finish == finish_reason::unfinished)
@@ -30,11 +32,15 @@ void say_saved_work(const controller_state& st, const controller_checkpoint& r) 
   }
   spdlog::info(
       "controller: the checkpoint saved the work of {} sample(s) in flight: {} generating ({} tokens so "
-      "far, continued), {} generated (scored now), {} scored (trained as they are){}",
+      "far, continued), {} generated (scored now), {} scored (trained as they are){}{}",
       r.saved.size(), generating, tokens, generated, scored,
       st.stream->saved_unused()
           ? "; " + std::to_string(st.stream->saved_unused()) + " no longer match their prompt and are generated anew"
-          : std::string{});
+          : std::string{},
+      st.stream->saved_past_group() ? "; " + std::to_string(st.stream->saved_past_group()) +
+                                          " are let go: their groups had more than rl.group_size = " +
+                                          std::to_string(st.setup.group_size) + " samples in the run that saved them"
+                                    : std::string{});
 }
 
 // Asks every rollout worker for the version its next token carries; the run

@@ -37,9 +37,12 @@ void prompt_stream::restore(const stream_position& p) {
     requeue_.push_back({p.requeue[k], with_ids ? p.requeue_groups[k] : next_group_++});
   saved_.clear();
   saved_unused_ = 0;
+  saved_past_group_ = 0;
   for (auto& s : p.saved) {
     auto& t = s.segments.front();
-    if (!with_ids || !saved_.emplace(std::make_pair(t.group_id, t.sample_index), s).second)
+    if (static_cast<int64_t>(t.sample_index) >= group_size_)
+      saved_past_group_++;  // saved by a run of larger groups: no group of this run has its index
+    else if (!with_ids || !saved_.emplace(std::make_pair(t.group_id, t.sample_index), s).second)
       saved_unused_++;
   }
 }

@@ -64,6 +64,9 @@ class prompt_stream {
   std::vector<saved_sample> saved_work() const;
   /// Saved samples a restore could not use (their prompt is no longer the one they were generated for).
   size_t saved_unused() const { return saved_unused_; }
+  /// Saved samples a restore let go because their index is past the group size (the run that saved
+  /// them had larger groups, rl.group_size is smaller now): never trained, not saved again.
+  size_t saved_past_group() const { return saved_past_group_; }
   /// The position to save: the groups open now are re-queued by a resumed run.
   stream_position position() const;
 
@@ -100,6 +103,7 @@ class prompt_stream {
   std::deque<requeued> requeue_;             // groups to start again first (after a resume)
   std::map<std::pair<uint64_t, uint32_t>, saved_sample> saved_;  // by (group, index), until its group starts
   size_t saved_unused_ = 0;
+  size_t saved_past_group_ = 0;
   std::map<uint64_t, uint64_t> open_;        // group id -> stream position, until trained or dropped
   std::vector<uint64_t> dropped_positions_;  // stream positions of the groups dropped
   uint64_t next_group_ = 0;
