@@ -1,16 +1,17 @@
 // What the sandbox's processes do between fork and execve:
 //
-//   host thread ── fork ──► supervisor (new process group; unshares namespaces,
-//                            builds a root filesystem of its own: system
-//                            directories read-only, private /tmp, the work
-//                            directory; pivots into it)
-//                              └─ fork ──► init (PID 1 of the new PID namespace;
-//                                           mounts its own /proc, reaps,
-//                                           reports the program's status)
-//                                            ├─ fork ──► program (limits, user,
-//                                            │            seccomp, execve)
-//                                            └─ fork ──► companion (the same,
-//                                                         as another user)
+//   host thread ── posix_spawn ──► supervisor (the areal-sandbox-supervisor
+//   (a fork where that program    program; new process group; unshares
+//    is missing)                   namespaces, builds a root filesystem of its
+//                                  own: system directories read-only, private
+//                                  /tmp, the work directory; pivots into it)
+//                                    └─ fork ──► init (PID 1 of the new PID namespace;
+//                                                 mounts its own /proc, reaps,
+//                                                 reports the program's status)
+//                                                  ├─ fork ──► program (limits, user,
+//                                                  │            seccomp, execve)
+//                                                  └─ fork ──► companion (the same,
+//                                                               as another user)
 //
 // When init dies the kernel kills everything left in the PID namespace, so no
 // process outlives the run.
