@@ -7,9 +7,12 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <memory>
 #include <string>
 
 #include "sandbox_plan.hpp"
@@ -38,6 +41,8 @@ int main(int argc, char** argv) {
   std::string text;
   char buf[4096];
   for (ssize_t n; (n = read(plan_fd, buf, sizeof(buf))) != 0;) {
+    if (n < 0 && errno == EINTR)
+      continue;
     if (n < 0)
       refuse(status_fd, "cannot read the plan");
     text.append(buf, static_cast<size_t>(n));
