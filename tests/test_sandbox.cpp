@@ -399,3 +399,14 @@ TEST_CASE("the supervisor program refuses a plan of another build, on the run's 
   CHECK(WIFEXITED(exit_status));
   CHECK(WEXITSTATUS(exit_status) == 127);
 }
+
+TEST_CASE("missing helper programs are said, with where they were looked for and what to do") {
+  CHECK(helper_programs_problem().empty());
+  ::setenv("AREAL_HELPER_DIR", "/nonexistent", 1);
+  auto problem = helper_programs_problem();
+  ::unsetenv("AREAL_HELPER_DIR");
+  CHECK(problem.find("areal-sandbox-supervisor and areal-algebra are not found") != std::string::npos);
+  CHECK(problem.find("/nonexistent/areal-algebra") != std::string::npos);
+  CHECK(problem.find("set AREAL_HELPER_DIR") != std::string::npos);
+  CHECK(helper_programs_problem().empty());
+}

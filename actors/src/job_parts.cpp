@@ -10,6 +10,7 @@
 #include "areal/actors/rollout.hpp"
 #include "areal/kernels/device.hpp"
 #include "areal/reward/code_verifier.hpp"
+#include "areal/runtime/log.hpp"
 
 namespace fs = std::filesystem;
 
@@ -105,6 +106,9 @@ model_parts make_model(const run_config& c, const node_spec& self) {
                       ", and the tasks include code tasks, whose programs it runs; install python3 (apt install "
                       "python3) or set reward.python to an interpreter");
   }
+  if (self.has(role::reward))
+    if (auto problem = reward::helper_programs_problem(); !problem.empty())
+      spdlog::warn("{}", problem);
   m.data = std::move(data);
   return m;
 }

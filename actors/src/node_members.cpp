@@ -147,6 +147,8 @@ node_members_actor spawn_node_members(caf::actor_system& sys, const run_config& 
       if (auto problem = reward::interpreter_problem(config.reward.python); !problem.empty())
         spdlog::warn("reward.python = {}: {}; code tasks scored on this node get the verdict error",
                      config.reward.python, problem);
+      if (auto problem = reward::helper_programs_problem(); !problem.empty())
+        spdlog::warn("{}", problem);
       auto pool_config = make_reward_pool_config(config.reward);
       pool_config.trace = trace;
       auto pool = spawn_reward_pool(self->system(), pool_config);

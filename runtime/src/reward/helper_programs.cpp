@@ -1,6 +1,8 @@
 // Finding the helper programs (see helper_programs.hpp).
 #include "helper_programs.hpp"
 
+#include "areal/reward/sandbox.hpp"
+
 #include <unistd.h>
 
 #include <cstdlib>
@@ -21,6 +23,19 @@ std::optional<std::string> find_helper_program(const std::string& name, std::str
     looked_at += (looked_at.empty() ? "" : ", ") + path;
   }
   return std::nullopt;
+}
+
+std::string helper_programs_problem() {
+  std::string missing, looked_at;
+  for (auto name : {"areal-sandbox-supervisor", "areal-algebra"})
+    if (!find_helper_program(name, looked_at))
+      missing += (missing.empty() ? "" : " and ") + std::string{name};
+  if (missing.empty())
+    return {};
+  return "the reward helper program(s) " + missing + " are not found (looked at " + looked_at +
+         "): sandbox runs and algebra processes fork this process instead (slower, and an algebra process keeps a "
+         "copy of every page this process rewrites); set AREAL_HELPER_DIR to the directory that holds them "
+         "(build/libexec/areal, or libexec/areal of the install)";
 }
 
 }  // namespace areal::reward

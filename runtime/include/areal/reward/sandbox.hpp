@@ -105,4 +105,10 @@ struct sandbox_result {
 
 sandbox_result run_sandboxed(const sandbox_request& request, const sandbox_policy& policy = {});
 
+/// Why the reward service's helper programs (areal-sandbox-supervisor,
+/// areal-algebra; see sandbox_policy::supervisor) cannot be started from here,
+/// and what to do, or empty where they can. Without them sandbox runs and
+/// GiNaC's algebra processes fork the calling process instead.
+std::string helper_programs_problem();
+
 }  // namespace areal::reward
