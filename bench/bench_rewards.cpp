@@ -16,10 +16,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <thread>
@@ -33,7 +31,8 @@
 #include "areal/actors/node.hpp"
 #include "areal/actors/reward_pool.hpp"
 #include "areal/runtime/cpus.hpp"
-#include "cas_process.hpp"  // the algebra process (runtime/src/reward)
+#include "cas_process.hpp"      // the algebra process (runtime/src/reward)
+#include "child_processes.hpp"  // tests/
 
 extern char** environ;
 
@@ -109,37 +108,6 @@ long resident_mb() {
 reward::math::cas_answer forked_comparison(reward::math::cas_op op, const std::string& a, const std::string& b,
                                            double tolerance) {
   return reward::math::builtin_comparison(op, a, b, tolerance);
-}
-
-// VmRSS of process `pid`, in MB.
-long resident_mb_of(int pid) {
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(status, line))
-    if (line.rfind("VmRSS:", 0) == 0)
-      return std::stol(line.substr(6)) / 1024;
-  return -1;
-}
-
-// The resident memory of the children of this process other than `before`, in MB.
-long new_children_mb(const std::vector<int>& before) {
-  long total = 0;
-  std::error_code ec;
-  for (auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
-    auto name = entry.path().filename().string();
-    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos)
-      continue;
-    int pid = std::stoi(name);
-    std::ifstream status(entry.path() / "status");
-    std::string line;
-    while (std::getline(status, line))
-      if (line.rfind("PPid:", 0) == 0) {
-        if (std::stoi(line.substr(5)) == getpid() && std::find(before.begin(), before.end(), pid) == before.end())
-          total += resident_mb_of(pid);
-        break;
-      }
-  }
-  return total;
 }
 
 }  // namespace
@@ -230,7 +198,9 @@ int main(int argc, char** argv) {
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
       for (size_t i = 0; i < held.size(); i += 4096)
         held[i] = static_cast<char>(held[i] + 1);  // an optimizer step: every page written
-      auto holds = new_children_mb({});
+      long holds = 0;
+      for (auto& c : child_processes())
+        holds += c.resident_kb / 1024;
       phase = 2;
       reward_thread.join();
       if (answer.outcome != reward::math::cas_result::status::answered) {

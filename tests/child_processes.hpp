@@ -1,6 +1,7 @@
 // The live child processes of this process, with the program each runs and
 // its resident memory, from /proc: what the reward service's helper programs
-// are checked by (they must not be forks of the process that asks).
+// are checked by in the tests and measured by in bench_rewards (they must not
+// be forks of the process that asks).
 #pragma once
 
 #include <unistd.h>

@@ -5,7 +5,6 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -126,27 +125,15 @@ struct cas_child {
   }
 
   // areal-algebra with the socket as its descriptor 3 (see algebra_main.cpp).
-  static pid_t spawn(std::string program, int socket) {
+  static pid_t spawn(const std::string& program, int socket) {
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_adddup2(&actions, socket, 3);  // close-on-exec cleared (also when socket is 3)
     posix_spawn_file_actions_addclosefrom_np(&actions, 4);  // this process's sockets and files are not its
-    posix_spawnattr_t attributes;
-    posix_spawnattr_init(&attributes);
-    sigset_t none, all;
-    sigemptyset(&none);
-    sigfillset(&all);
-    posix_spawnattr_setsigmask(&attributes, &none);
-    posix_spawnattr_setsigdefault(&attributes, &all);
-    posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-    auto parent = std::to_string(::getpid());
-    char* argv[] = {program.data(), parent.data(), nullptr};
-    char* no_environment[] = {nullptr};
-    pid_t child = -1;
-    int failed = ::posix_spawn(&child, program.c_str(), &actions, &attributes, argv, no_environment);
+    int error = 0;
+    pid_t child = spawn_helper_program(program, {std::to_string(::getpid())}, actions, false, error);
     posix_spawn_file_actions_destroy(&actions);
-    posix_spawnattr_destroy(&attributes);
-    return failed == 0 ? child : -1;
+    return child;
   }
 
   // A fork of this process that runs `compute` (for any function but

@@ -3,6 +3,7 @@
 
 #include "areal/reward/sandbox.hpp"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -23,6 +24,34 @@ std::optional<std::string> find_helper_program(const std::string& name, std::str
     looked_at += (looked_at.empty() ? "" : ", ") + path;
   }
   return std::nullopt;
+}
+
+pid_t spawn_helper_program(const std::string& path, const std::vector<std::string>& args,
+                           const posix_spawn_file_actions_t& actions, bool own_group, int& error) {
+  std::vector<std::string> words{path};
+  words.insert(words.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& w : words)
+    argv.push_back(w.data());
+  argv.push_back(nullptr);
+  char* no_environment[] = {nullptr};
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attributes, &none);
+  posix_spawnattr_setsigdefault(&attributes, &all);
+  short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
+  if (own_group) {
+    posix_spawnattr_setpgroup(&attributes, 0);
+    flags |= POSIX_SPAWN_SETPGROUP;
+  }
+  posix_spawnattr_setflags(&attributes, flags);
+  pid_t pid = -1;
+  error = posix_spawn(&pid, path.c_str(), &actions, &attributes, argv.data(), no_environment);
+  posix_spawnattr_destroy(&attributes);
+  return error == 0 ? pid : -1;
 }
 
 std::string helper_programs_problem() {

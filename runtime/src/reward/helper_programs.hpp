@@ -6,8 +6,12 @@
 // optimizer state once more per child.
 #pragma once
 
+#include <spawn.h>
+#include <sys/types.h>
+
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace areal::reward {
 
@@ -15,5 +19,13 @@ namespace areal::reward {
 /// else where this build put it, else in the install prefix's libexec/areal;
 /// nothing when none is executable (`looked_at` lists where it looked).
 std::optional<std::string> find_helper_program(const std::string& name, std::string& looked_at);
+
+/// Starts helper program `path` with the arguments `args` after its name,
+/// the descriptor changes in `actions`, no environment, no signal blocked and
+/// every signal at its default (whatever the calling thread has), in a
+/// process group of its own when `own_group`. Its pid, or -1 with `error` set
+/// to posix_spawn's error number.
+pid_t spawn_helper_program(const std::string& path, const std::vector<std::string>& args,
+                           const posix_spawn_file_actions_t& actions, bool own_group, int& error);
 
 }  // namespace areal::reward

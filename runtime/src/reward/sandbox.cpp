@@ -12,7 +12,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -146,23 +145,10 @@ pid_t start_supervisor(const inside::child_plan& plan, std::vector<std::string>&
   posix_spawn_file_actions_init(&actions);
   for (int fd : {plan_pipe[0], plan.stdin_read, plan.stdout_write, plan.stderr_write, plan.status_write})
     posix_spawn_file_actions_adddup2(&actions, fd, fd);
-  // A signal mask or ignored signals of the calling thread do not reach the run.
-  posix_spawnattr_t attributes;
-  posix_spawnattr_init(&attributes);
-  sigset_t none, all;
-  sigemptyset(&none);
-  sigfillset(&all);
-  posix_spawnattr_setsigmask(&attributes, &none);
-  posix_spawnattr_setsigdefault(&attributes, &all);
-  posix_spawnattr_setpgroup(&attributes, 0);
-  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  auto plan_fd = std::to_string(plan_pipe[0]), status_fd = std::to_string(plan.status_write);
-  char* argv[] = {program->data(), plan_fd.data(), status_fd.data(), nullptr};
-  char* no_environment[] = {nullptr};
-  pid_t pid = -1;
-  int failed = posix_spawn(&pid, program->c_str(), &actions, &attributes, argv, no_environment);
+  int failed = 0;
+  pid_t pid = spawn_helper_program(*program, {std::to_string(plan_pipe[0]), std::to_string(plan.status_write)}, actions,
+                                   true, failed);
   posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attributes);
   close(plan_pipe[0]);
   if (failed != 0) {
     error = "cannot start the sandbox supervisor " + *program + ": " + std::strerror(failed);
