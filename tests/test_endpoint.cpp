@@ -249,15 +249,15 @@ TEST_CASE("A client that goes away mid-stream frees its generation, and 1,000 co
     es.max_pending = 64;
     es.threads = 32;
   }};
-  // Stream a long reply, read the first event, hang up.
+  // Ask for a long streamed reply and hang up at once. (Hanging up after reading the first event raced:
+  // on a loaded machine the client woke after the whole reply had been written into the socket's buffers,
+  // and nothing was left to stop. Closed at once, the server finds the client gone at its first writes.)
   int fd = connect_to(f.endpoint->port());
   REQUIRE(fd >= 0);
   auto body = chat_body(R"(, "stream": true, "max_tokens": 400, "seed": 3)");
   auto request = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
                  std::to_string(body.size()) + "\r\n\r\n" + body;
   REQUIRE(::send(fd, request.data(), request.size(), 0) == static_cast<ssize_t>(request.size()));
-  char first[256];
-  CHECK(::recv(fd, first, sizeof first, 0) > 0);
   ::close(fd);
   for (int i = 0; i < 200 && f.endpoint->counts().cancelled == 0; ++i)
     std::this_thread::sleep_for(50ms);
