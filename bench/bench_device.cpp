@@ -43,24 +43,10 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
-// Qwen2-0.5B's shape (its config.json), with random weights.
-model_config qwen2_half_b() {
-  model_config c;
-  c.vocab_size = 151936;
-  c.hidden_size = 896;
-  c.intermediate_size = 4864;
-  c.num_hidden_layers = 24;
-  c.num_attention_heads = 14;
-  c.num_key_value_heads = 2;
-  c.max_position_embeddings = 4096;
-  c.rope_theta = 1000000.0;
-  c.tie_word_embeddings = true;
-  return c;
-}
-
+// A preset's shape, with random weights: Qwen2-0.5B's at its own vocabulary.
 model_config shape_named(const std::string& name) {
   if (name == "qwen2-0.5b")
-    return qwen2_half_b();
+    return preset(name, 151936);
   auto c = preset(name, 1024);
   c.max_position_embeddings = 4096;
   return c;

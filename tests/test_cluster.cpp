@@ -34,7 +34,11 @@ TEST_CASE("four processes run the RL job and it learns as on one node") {
   CHECK(head.log().find("a reward pool joined from node scorer") != std::string::npos);
   CHECK(head.log().find("a rollout worker joined from node gen-a") != std::string::npos);
   CHECK(head.log().find("a rollout worker joined from node gen-b") != std::string::npos);
-  CHECK(procs[2]->log().find("weights: subscribed (gloo link)") != std::string::npos);
+  // Gloo where the build has it (actors/CMakeLists.txt, AREAL_GLOO), else CAF messages with the reason.
+  if (AREAL_GLOO_LINK)
+    CHECK(procs[2]->log().find("weights: subscribed (gloo link)") != std::string::npos);
+  else
+    CHECK(head.log().find("this build has no Gloo link") != std::string::npos);
   CHECK(head.log().find("(mutual TLS)") != std::string::npos);
   // Peers leaving as the run ends are no loss (a warning each, before).
   CHECK_MESSAGE(head.log().find("lost peer") == std::string::npos, head.log());

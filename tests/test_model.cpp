@@ -369,6 +369,10 @@ TEST_CASE("presets have the advertised sizes") {
   CHECK(tiny < 5'000'000);
   CHECK(small > 20'000'000);
   CHECK(small < 30'000'000);
+  // Qwen2-0.5B at its own vocabulary: 494 M (its model card's 0.49 B).
+  auto qwen = preset("qwen2-0.5b", 151936).parameter_count();
+  CHECK(qwen > 490'000'000);
+  CHECK(qwen < 500'000'000);
   CHECK_THROWS_AS(preset("huge", 64), format_error);
 }
 

@@ -14,9 +14,9 @@
 #include <string>
 #include <thread>
 
-
 #include "gloo_link.hpp"
 #include "rendezvous_store.hpp"
+#include "skip_case.hpp"
 
 using namespace areal;
 using namespace std::chrono_literals;
@@ -152,6 +152,7 @@ TEST_CASE("a client refuses a rendezvous that does not hold the run's secret") {
 }
 
 TEST_CASE("Gloo links meet at the rendezvous and carry bytes while foreign processes are refused there") {
+  testing::skip_unless(gloo_available(), gloo_absent_reason());
   gloo_rendezvous rendezvous{"127.0.0.1", 20s};
   auto port = rendezvous.port();
   // Knocking all along: three foreign connections answering the challenge with zeros.

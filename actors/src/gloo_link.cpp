@@ -84,6 +84,14 @@ auto rethrow_as_runtime_error(const char* what, F f) {
 
 }  // namespace
 
+bool gloo_available() {
+  return true;
+}
+
+const char* gloo_absent_reason() {
+  return "";
+}
+
 gloo_rendezvous::gloo_rendezvous(const std::string& host, std::chrono::milliseconds timeout)
     : host_(host), impl_(std::make_unique<impl>()) {
   rethrow_as_runtime_error("cannot start the Gloo rendezvous", [&] {

@@ -20,6 +20,13 @@ class Tensor;
 
 namespace areal {
 
+/// True when this build has the Gloo link (gloo_link.cpp); false where Gloo's
+/// headers were not found at build time (gloo_link_absent.cpp: every
+/// constructor below throws std::runtime_error saying so).
+bool gloo_available();
+/// Why this build has no Gloo link, and what to do; empty when it has one.
+const char* gloo_absent_reason();
+
 /// The rendezvous of a node's Gloo links: an authenticated store on an ephemeral
 /// port of the node's topology address, with a fresh secret.
 class gloo_rendezvous {

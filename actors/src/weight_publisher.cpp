@@ -45,7 +45,15 @@ const char* to_string(weight_backend x) {
 }
 
 bool weight_backend_available(weight_backend x) {
-  return x != weight_backend::nccl || nccl_available();
+  switch (x) {
+    case weight_backend::nccl:
+      return nccl_available();
+    case weight_backend::gloo:
+      return gloo_available();
+    case weight_backend::caf:
+      break;
+  }
+  return true;
 }
 
 std::optional<weight_backend> parse_weight_backend(const std::string& name) {

@@ -160,8 +160,17 @@ model_config preset(const std::string& name, int64_t vocab_size) {
     c.num_hidden_layers = 8;
     c.num_attention_heads = 8;
     c.num_key_value_heads = 4;
+  } else if (name == "qwen2-0.5b") {
+    // Qwen2-0.5B's shape (its config.json): a GPU-sized model, with the vocabulary given.
+    c.hidden_size = 896;
+    c.intermediate_size = 4864;
+    c.num_hidden_layers = 24;
+    c.num_attention_heads = 14;
+    c.num_key_value_heads = 2;
+    c.max_position_embeddings = 4096;
+    c.rope_theta = 1000000.0;
   } else {
-    throw format_error("unknown model preset \"" + name + "\"; use micro, tiny or small");
+    throw format_error("unknown model preset \"" + name + "\"; use micro, tiny, small or qwen2-0.5b");
   }
   c.validate("preset " + name);
   return c;

@@ -192,8 +192,8 @@ std::vector<section> make_table() {
                {
                    text("preset", &c::model, &model_spec::preset,
                         "model shape when no path is given (micro: about 0.1 M parameters, tiny: about 3 M, small: "
-                        "about 25 M)",
-                        {"micro", "tiny", "small"}),
+                        "about 25 M; qwen2-0.5b: Qwen2-0.5B's shape, about 360 M besides the embedding, for GPUs)",
+                        {"micro", "tiny", "small", "qwen2-0.5b"}),
                    optional_path("path", &c::model, &model_spec::path,
                                  "Hugging Face model directory to load, or - for a fresh preset"),
                    text("device", &c::model, &model_spec::device,

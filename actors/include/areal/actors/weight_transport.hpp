@@ -31,7 +31,8 @@ namespace areal {
 enum class weight_backend : uint8_t { caf, gloo, nccl };
 const char* to_string(weight_backend x);
 std::optional<weight_backend> parse_weight_backend(const std::string& name);
-/// Whether this build and machine can use the backend (nccl: built with NCCL and a GPU present).
+/// Whether this build and machine can use the backend (nccl: built with NCCL and a GPU present; gloo:
+/// built where Gloo's headers were found).
 bool weight_backend_available(weight_backend x);
 /// The build of the chunk checksum that runs on this CPU ("XXH3-64 (AVX2)", ...), for machine facts.
 const char* chunk_checksum_kind();

@@ -76,7 +76,7 @@ struct reward_spec {
 };
 
 struct model_spec {
-  std::string preset = "tiny";    // micro, tiny or small when no path is given
+  std::string preset = "tiny";    // micro, tiny, small or qwen2-0.5b when no path is given
   std::string path;               // a Hugging Face model directory (config.json, safetensors, tokenizer.json)
   std::string device = "cpu";     // cpu, cuda, cuda:N
   std::string dtype = "float32";  // float32, bfloat16, float16
