@@ -34,7 +34,11 @@
 //   4. --rounds N runs every row N times, round-robin, each against its own
 //      round's sync, and prints each row's mean and range: on this shared
 //      machine the same row's speed moved by up to a third between minutes.
+//   5. --device, --preset, --etas and --steps run it elsewhere: on a GPU (bench/gpu/check.sh:
+//      --device cuda --threads 1 --workload long-tail --preset qwen2-0.5b --etas 1,4,8),
+//      every model of the runs and of the bound on that device.
 // Usage: bench_async_vs_sync [--quick] [--json FILE] [--threads N] [--workload demo|long-tail] [--rounds N]
+//                            [--device cpu|cuda[:N]] [--preset NAME] [--etas LIST] [--steps N]
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -51,7 +55,9 @@
 
 #include "areal/actors/rl_job.hpp"
 #include "areal/kernels/allocator.hpp"
+#include "areal/kernels/device.hpp"
 #include "areal/kernels/engine.hpp"
+#include "areal/kernels/model_config.hpp"
 #include "areal/runtime/cpus.hpp"
 #include "areal/runtime/log.hpp"
 
@@ -79,7 +85,9 @@ int main(int argc, char** argv) {
   kernels::tune_allocator();
   // --workload demo|long-tail (default: both); the other flags are every benchmark's.
   auto only = bench::take_flag(argc, argv, "--workload", "");
-  const char* usage = "bench_async_vs_sync [--workload demo|long-tail] [--rounds N]";
+  const char* usage =
+      "bench_async_vs_sync [--workload demo|long-tail] [--rounds N] [--device cpu|cuda[:N]] [--preset NAME] "
+      "[--etas 1,4,8] [--steps N]";
   if (!only.empty() && only != "demo" && only != "long-tail") {
     std::cerr << "--workload " << only << ": not a workload; give demo or long-tail\nusage: " << usage << "\n";
     return 2;
@@ -100,11 +108,57 @@ int main(int argc, char** argv) {
     std::cerr << "--rounds " << rounds_text << ": give a whole number from 1 to 20\nusage: " << usage << "\n";
     return 2;
   }
+  // --device D: every model of the runs and of the bound on D (model.device): cuda on a GPU machine, where
+  // --threads 1 fits (one trainer replica per GPU; threads are a CPU's way to use its cores).
+  auto device = bench::take_flag(argc, argv, "--device", "cpu");
+  // --preset P: the workloads' model shape instead of their own (qwen2-0.5b on a GPU).
+  auto preset = bench::take_flag(argc, argv, "--preset", "");
+  // --etas LIST: the asynchronous rows' staleness bounds (default 1,2,4,8); given, the alternatives (a static
+  // core split, plain PPO) are left out.
+  auto etas_text = bench::take_flag(argc, argv, "--etas", "");
+  std::vector<int> etas = {1, 2, 4, 8};
+  if (!etas_text.empty()) {
+    etas.clear();
+    std::istringstream list(etas_text);
+    std::string item;
+    while (std::getline(list, item, ',')) {
+      int eta = item.empty() || item.size() > 3 || item.find_first_not_of("0123456789") != std::string::npos
+                    ? 0
+                    : std::stoi(item);
+      if (eta < 1) {
+        std::cerr << "--etas " << etas_text << ": give staleness bounds of 1 or more, separated by commas (1,4,8)\n"
+                  << "usage: " << usage << "\n";
+        return 2;
+      }
+      etas.push_back(eta);
+    }
+  }
+  // --steps N: every workload's RL steps instead of its own (a check with a time limit).
+  auto steps_text = bench::take_flag(argc, argv, "--steps", "");
+  int64_t steps = 0;
+  if (!steps_text.empty()) {
+    steps = steps_text.size() <= 6 && steps_text.find_first_not_of("0123456789") == std::string::npos
+                ? std::stoll(steps_text)
+                : 0;
+    if (steps < 2) {
+      std::cerr << "--steps " << steps_text << ": give a whole number of RL steps, 2 or more\nusage: " << usage << "\n";
+      return 2;
+    }
+  }
+  try {
+    kernels::tensor_options(device, "float32");
+    if (!preset.empty())
+      kernels::preset(preset, 64);
+  } catch (const std::exception& e) {
+    std::cerr << e.what() << "\nusage: " << usage << "\n";
+    return 2;
+  }
   auto opts = bench::parse_options(argc, argv, usage);
   int threads = std::max(1, opts.threads);
   auto facts = kernels::probe_blas();
   std::cout << "bench_async_vs_sync: " << threads << " compute threads (" << areal::cpus().describe() << "); "
-            << kernels::describe(facts) << (opts.quick ? "; --quick" : "") << "\n";
+            << kernels::describe(facts) << "; device " << device << (preset.empty() ? "" : "; preset " + preset)
+            << (opts.quick ? "; --quick" : "") << "\n";
   spdlog::set_level(spdlog::level::warn);
 
   std::vector<workload> workloads = {
@@ -127,6 +181,15 @@ int main(int argc, char** argv) {
     workloads.pop_back();
   else if (only == "long-tail")
     workloads.erase(workloads.begin());
+  for (auto& w : workloads) {
+    w.extra.push_back("model.device=\"" + device + "\"");
+    if (!preset.empty()) {
+      w.name += ", with the " + preset + " preset";
+      w.preset = preset;
+    }
+    if (steps > 0)
+      w.rl_steps = steps;
+  }
   auto scratch = fs::temp_directory_path() / ("areal-bench-async-" + std::to_string(getpid()));
   // A run that fails ends the benchmark: its figures would say nothing.
   auto fail = [&](const std::string& why) {
@@ -136,6 +199,8 @@ int main(int argc, char** argv) {
   };
   nlohmann::json report = {{"bench", "bench_async_vs_sync"},
                            {"threads", threads},
+                           {"device", device},
+                           {"preset", preset.empty() ? "the workloads' own" : preset},
                            {"blas", kernels::describe(facts)},
                            {"quick", opts.quick}};
   for (auto& w : workloads) {
@@ -169,14 +234,16 @@ int main(int argc, char** argv) {
     // 2. The runs.
     std::vector<run_row> rows = {{"sync", {"rl.mode=\"sync\""}, true}};
     auto slots = make_config(w, threads, {}).rl.rollout_slots;  // the engine's batch when full
-    for (int eta : {1, 2, 4, 8})
+    for (int eta : etas)
       rows.push_back({"async eta=" + std::to_string(eta), {"rl.eta=" + std::to_string(eta)}, true});
-    if (threads > 1)
-      rows.push_back({"async eta=2, static core split", {"rl.eta=2"}, false});
-    for (int eta : {4, 8})
-      rows.push_back({"async eta=" + std::to_string(eta) + ", plain PPO",
-                      {"rl.eta=" + std::to_string(eta), "rl.decoupled=false"},
-                      true});
+    if (etas_text.empty()) {
+      if (threads > 1)
+        rows.push_back({"async eta=2, static core split", {"rl.eta=2"}, false});
+      for (int eta : {4, 8})
+        rows.push_back({"async eta=" + std::to_string(eta) + ", plain PPO",
+                        {"rl.eta=" + std::to_string(eta), "rl.decoupled=false"},
+                        true});
+    }
     nlohmann::json runs = nlohmann::json::array();
     double sync_rate = 0, sync_accuracy = 0, sync_cpu_per_token = 0;
     struct spread {
@@ -308,7 +375,7 @@ int main(int argc, char** argv) {
           std::cout << "; per CPU second " << decoding_per_cpu << " of G alone";
         }
         std::cout << "), " << mean_batch << " sequences a step of " << slots << " slots" << std::endl;
-        if (row.name == "sync")
+        if (row.name == "sync" && device == "cpu")
           // A schedule that keeps every core busy with no more CPU work per token
           // trains at most 1 / cores_busy times as fast: the ceiling that
           // overlapping the phases can reach on this workload, measured.

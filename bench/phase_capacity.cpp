@@ -13,6 +13,7 @@
 
 #include "areal/actors/run_kernels.hpp"
 #include "areal/kernels/compute_threads.hpp"
+#include "areal/kernels/device.hpp"
 #include "areal/kernels/tokenizer.hpp"
 #include "areal/kernels/trainer.hpp"
 #include "areal/tasks/tasks.hpp"
@@ -23,6 +24,14 @@ namespace fs = std::filesystem;
 using clock_type = std::chrono::steady_clock;
 
 namespace {
+
+// The warm-started model as the job makes it: float32 master weights on
+// model.device, products in model.dtype.
+kernels::policy_model load_as_the_job(const fs::path& model_dir, const run_config& c) {
+  auto model = kernels::policy_model::load(model_dir.string(), kernels::tensor_options(c.model.device, "float32"));
+  model.set_compute_dtype(c.model.dtype);
+  return model;
+}
 
 // How long each capacity is measured at least. Over 3 updates (about 0.3 s)
 // T on 2 threads was 3,080 / 3,330 / 3,690 tokens/s in three full runs back to
@@ -49,7 +58,7 @@ struct generation_side {
       : c(make_config(w, threads, {})),
         tok(kernels::tokenizer::load((model_dir / "tokenizer.json").string())),
         eos(*tok.token_id("<eos>")),
-        model(kernels::policy_model::load(model_dir.string())),
+        model(load_as_the_job(model_dir, c)),
         engine(model, rollout_engine_config(c, model.config())) {
     tasks::running_sum_options o;
     o.seed = 77;
@@ -85,7 +94,7 @@ struct training_side {
 
   training_side(const fs::path& model_dir, const run_config& c, int replicas,
                 std::vector<kernels::generation_output> outputs, int64_t batch_size)
-      : model(kernels::policy_model::load(model_dir.string())), trainer(model, trainer_config(c, replicas)) {
+      : model(load_as_the_job(model_dir, c)), trainer(model, trainer_config(c, replicas)) {
     std::mt19937 rng{3};
     auto group_size = static_cast<uint64_t>(std::max<int64_t>(1, c.rl.group_size));
     std::map<uint64_t, std::vector<const kernels::generation_output*>> groups;  // generation_side's ids
@@ -226,15 +235,19 @@ bound_measurement measure_bound(const fs::path& model_dir, const workload& w, in
                                       {"training alone on " + std::to_string(threads), 0, all.training}};
   auto assumed = alone;
   m.configurations = alone;
-  if (threads > 1) {
+  // On a GPU both phases share the device whatever the threads: measured at once there too.
+  auto device = make_config(w, threads, {}).model.device;
+  if (threads > 1 || device != "cpu") {
     int shared_generation = std::max(1, threads / 2);
     auto both = measure_together(model_dir, w, shared_generation, threads, quick, outputs);
+    auto where = device == "cpu" ? std::string{"shared cores"} : "one " + device + " device";
     m.configurations.push_back({"generation on " + std::to_string(shared_generation) + " and training on " +
-                                    std::to_string(threads) + " at once (shared cores)",
+                                    std::to_string(threads) + " at once (" + where + ")",
                                 both.generation, both.training});
     if (log)
-      *log << "measured at once on shared cores (generation " << shared_generation << " thread(s), training " << threads
-           << " replicas): G = " << both.generation << " tokens/s, T = " << both.training << " tokens/s" << std::endl;
+      *log << "measured at once on " << where << " (generation " << shared_generation << " thread(s), training "
+           << threads << " replicas): G = " << both.generation << " tokens/s, T = " << both.training << " tokens/s"
+           << std::endl;
   }
   for (int k = 1; k < threads; ++k) {
     auto both = measure_together(model_dir, w, k, threads - k, quick, outputs);

@@ -6,10 +6,16 @@
 #   2. builds the device check (AREAL_DEVICE_CHECK_ONLY: the libraries up to
 #      kernels, test_device, bench_device) against PyTorch's LibTorch;
 #   3. runs test_device on the GPU and bench_device's figures;
-#   4. prints one JSON (also written to WORK/check.json).
+#   4. builds the RL job (bench_async_vs_sync) in a build folder of its own and
+#      runs it on the device: sync against async eta = 1, 4, 8 on the long-tail
+#      workload with the qwen2-0.5b shape (a failure there is in the JSON, the
+#      figures before it stand);
+#   5. prints one JSON (also written to WORK/check.json).
 # Usage: bash bench/gpu/check.sh [--device cuda|cuda:N|cpu] [--debs DIR] [--work DIR]
-#                                [--torch-dir DIR] [--quick]
-# --device cpu runs every step but the GPU's own (how it is tested without one).
+#                                [--torch-dir DIR] [--quick] [--no-job] [--job-preset NAME]
+#                                [--job-steps N]
+# --device cpu runs every step but the GPU's own (how it is tested without one;
+# the job then runs the micro preset).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 device=cuda
@@ -17,6 +23,10 @@ debs="$root/bench/gpu/debs"
 work=/tmp/areal-gpu-check
 torch_dir=""
 quick=()
+with_job=1
+job_preset=""
+job_steps=""
+usage="usage: $0 [--device cuda|cuda:N|cpu] [--debs DIR] [--work DIR] [--torch-dir DIR] [--quick] [--no-job] [--job-preset NAME] [--job-steps N]"
 while [ $# -gt 0 ]; do
   case "$1" in
     --device) device="$2"; shift 2 ;;
@@ -24,9 +34,22 @@ while [ $# -gt 0 ]; do
     --work) work="$2"; shift 2 ;;
     --torch-dir) torch_dir="$2"; shift 2 ;;
     --quick) quick=(--quick); shift ;;
-    *) echo "usage: $0 [--device cuda|cuda:N|cpu] [--debs DIR] [--work DIR] [--torch-dir DIR] [--quick]" >&2; exit 2 ;;
+    --no-job) with_job=0; shift ;;
+    --job-preset) job_preset="$2"; shift 2 ;;
+    --job-steps) job_steps="$2"; shift 2 ;;
+    *) echo "$usage" >&2; exit 2 ;;
   esac
 done
+# The job's model: Qwen2-0.5B's shape on a GPU; on the CPU (the script's own test) the micro preset.
+if [ -z "$job_preset" ]; then
+  job_preset=qwen2-0.5b
+  [ "$device" = cpu ] && job_preset=micro
+fi
+# RL steps per run: enough that filling and draining the pipeline is a minor part (the benchmark prints it).
+if [ -z "$job_steps" ]; then
+  job_steps=30
+  [ ${#quick[@]} -gt 0 ] && job_steps=10
+fi
 started=$(date +%s)
 say() { echo "check.sh: $*" >&2; }
 fail() { say "$*"; exit 1; }
@@ -121,6 +144,39 @@ test_notes=$(sed -n 's/.*MESSAGE: //p' "$work/test_device.log" | tr -d '"\\' | p
 timeout 300 "$build/bench/bench_device" --device "$device" "${quick[@]}" --json "$work/bench_device.json" | tee "$work/bench_device.log" >&2 ||
   fail "bench_device failed (its output: $work/bench_device.log)"
 
+# -- 5. The RL job on the device: the whole project's libraries, in a build folder of its own (the device
+# check above stays as it was); its failure is reported in the JSON, not fatal.
+job_result=skipped
+job_figures=null
+if [ "$with_job" = 1 ]; then
+  job_build="$work/build-job"
+  rm -f "$job_build/CMakeCache.txt"
+  if ! cmake -S "$root" -B "$job_build" -G "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DAREAL_BUILD_TESTS=OFF \
+    -DCMAKE_LIBRARY_ARCHITECTURE=x86_64-linux-gnu "-DCMAKE_PREFIX_PATH=$prefix/usr" -DTorch_DIR="$torch_dir" \
+    -DPKG_CONFIG_EXECUTABLE="$prefix/usr/bin/pkgconf" "-DPKG_CONFIG_ARGN=--define-variable=prefix=$prefix/usr" \
+    -DCMAKE_CXX_COMPILER_LAUNCHER= >"$work/configure-job.log" 2>&1; then
+    tail -n 30 "$work/configure-job.log" >&2
+    job_result="configure failed (all of it: $work/configure-job.log)"
+  elif ! cmake --build "$job_build" -j "$(nproc)" --target bench_async_vs_sync -- "${keep_going[@]}" \
+    >"$work/build-job.log" 2>&1; then
+    grep -E "error|undefined reference" "$work/build-job.log" | head -n 40 >&2
+    job_result="build failed (all of it: $work/build-job.log)"
+  else
+    grep -E "Gloo|NCCL" "$work/configure-job.log" | sed 's/^-- /check.sh: job build: /' >&2 || true
+    say "job built at $(( $(date +%s) - started )) s; running sync and async eta = 1, 4, 8 ($job_preset, $job_steps steps)"
+    if timeout 330 "$job_build/bench/bench_async_vs_sync" --device "$device" --threads 1 --workload long-tail \
+      --preset "$job_preset" --etas 1,4,8 --steps "$job_steps" --json "$work/async_vs_sync.json" \
+      2>"$work/async_vs_sync.err" | tee "$work/async_vs_sync.log" >&2; then
+      job_result=ran
+      job_figures=$(cat "$work/async_vs_sync.json")
+    else
+      tail -n 20 "$work/async_vs_sync.err" >&2
+      job_result="bench_async_vs_sync failed or ran past 330 s (its output: $work/async_vs_sync.log, $work/async_vs_sync.err)"
+    fi
+  fi
+  say "the RL job on $device: $job_result"
+fi
+
 finished=$(date +%s)
 {
   echo "{"
@@ -130,8 +186,10 @@ finished=$(date +%s)
   echo "  \"test_device_not_checked\": \"$test_notes\","
   echo "  \"build_seconds\": $((built - started)),"
   echo "  \"seconds\": $((finished - started)),"
-  echo "  \"not_run\": {\"nccl_transfer\": \"needs two GPUs (NCCL refuses two ranks on one GPU); (d) measures the host staging\", \"async_vs_sync\": \"the device check builds no RL job (only messages, runtime, kernels and these two programs)\"},"
-  echo "  \"bench_device\": $(cat "$work/bench_device.json")"
+  echo "  \"not_run\": {\"nccl_transfer\": \"needs two GPUs (NCCL refuses two ranks on one GPU); (d) measures the host staging\"},"
+  echo "  \"bench_device\": $(cat "$work/bench_device.json"),"
+  echo "  \"async_vs_sync_result\": \"$job_result\","
+  echo "  \"async_vs_sync\": $job_figures"
   echo "}"
 } >"$work/check.json"
 cat "$work/check.json"
