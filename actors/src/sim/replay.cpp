@@ -11,7 +11,6 @@
 #include <stdexcept>
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 namespace areal::sim {
 namespace fs = std::filesystem;
@@ -328,17 +327,13 @@ int replay_command(const run_config& config, const fs::path& dir, const std::vec
       << fmt::format("run: {} engine(s) and a trainer, {} x {} answers per step, {} steps, eta {}{}\n", setup.engines(),
                      setup.batch_prompts, setup.group_size, setup.steps, setup.eta,
                      what_if ? "; overridden: the figures below are a what-if, not a check" : "");
-  auto level = spdlog::get_level();
-  spdlog::set_level(spdlog::level::warn);  // the controller's own lines
   sim_result r;
   try {
-    r = simulate(setup);
+    r = simulate_quietly(setup);
   } catch (const std::exception& e) {
-    spdlog::set_level(level);
     err << "areal simulate --replay: " << e.what() << "\n";
     return 1;
   }
-  spdlog::set_level(level);
 
   // Recorded against replayed, at a quarter, half, three quarters and all of the steps both ran.
   size_t common = std::min(run.steps.size(), r.trained.size());

@@ -6,7 +6,6 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
 #include "areal/runtime/files.hpp"
 
@@ -121,24 +120,20 @@ int simulate_command(const run_config& config, std::ostream& out, std::ostream& 
   auto& c = config.simulate;
   out << "areal simulate: the real controller in virtual time with simulated members\n"
       << setup.costs->describe()
-      << fmt::format("run: {} devices ({} engines of {} device(s), {} training), {} x {} answers per step, {} steps, "
-                     "eta {}, {}; {} sequences per engine; answers {} (mean {:.0f} tokens, cap {})\n",
-                     setup.devices, setup.engines(), setup.costs->devices_per_engine(), setup.trainer_devices(),
-                     setup.batch_prompts, setup.group_size, setup.steps,
-                     setup.eta, setup.colocated ? "colocated" : "decoupled",
-                     setup.slots_per_engine(), setup.work.length_table.empty() ? "log-normal" : setup.work.length_source,
-                     setup.work.mean_response_tokens(), setup.work.max_new_tokens);
-  auto level = spdlog::get_level();
-  spdlog::set_level(spdlog::level::warn);  // the controller's own lines
+      << fmt::format(
+             "run: {} devices ({} engines of {} device(s), {} training), {} x {} answers per step, {} steps, "
+             "eta {}, {}; {} sequences per engine; answers {} (mean {:.0f} tokens, cap {})\n",
+             setup.devices, setup.engines(), setup.costs->devices_per_engine(), setup.trainer_devices(),
+             setup.batch_prompts, setup.group_size, setup.steps, setup.eta, setup.colocated ? "colocated" : "decoupled",
+             setup.slots_per_engine(), setup.work.length_table.empty() ? "log-normal" : setup.work.length_source,
+             setup.work.mean_response_tokens(), setup.work.max_new_tokens);
   sim_result r;
   try {
-    r = simulate(setup);
+    r = simulate_quietly(setup);
   } catch (const std::exception& e) {
-    spdlog::set_level(level);
     err << "areal simulate: " << e.what() << "\n";
     return 1;
   }
-  spdlog::set_level(level);
   out << fmt::format(
       "result: {} steps in {:.1f} s of virtual time ({}{}); {:.0f} trained tokens/s over the run, {:.0f} once "
       "the pipeline is full; {:.1f} samples/s; engines busy {:.1f}% (re-prefill {:.1f}%), trainer busy {:.1f}%; "

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <caf/scheduler/test_coordinator.hpp>
 
 #include "areal/actors/controller.hpp"
@@ -194,6 +195,15 @@ sim_result simulate(const sim_setup& setup) {
   out.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   out.member_wall_seconds = double(world.member_wall_ns) * 1e-9;
   return out;
+}
+
+sim_result simulate_quietly(const sim_setup& setup) {
+  struct restore_level {
+    spdlog::level::level_enum level = spdlog::get_level();
+    ~restore_level() { spdlog::set_level(level); }
+  } restore;
+  spdlog::set_level(spdlog::level::warn);
+  return simulate(setup);
 }
 
 }  // namespace areal::sim

@@ -106,5 +106,8 @@ struct sim_result {
 /// Runs the setup in virtual time. Throws std::invalid_argument for a bad
 /// setup and std::runtime_error when the run gets stuck (no event left before its end).
 sim_result simulate(const sim_setup& setup);
+/// simulate() with the controller's own info lines held back (warnings still
+/// shown), as the commands run it: what they print is their summary.
+sim_result simulate_quietly(const sim_setup& setup);
 
 }  // namespace areal::sim
