@@ -157,8 +157,9 @@ if [ "$with_job" = 1 ]; then
     -DCMAKE_CXX_COMPILER_LAUNCHER= >"$work/configure-job.log" 2>&1; then
     tail -n 30 "$work/configure-job.log" >&2
     job_result="configure failed (all of it: $work/configure-job.log)"
-  elif ! cmake --build "$job_build" -j "$(nproc)" --target bench_async_vs_sync -- "${keep_going[@]}" \
-    >"$work/build-job.log" 2>&1; then
+  # The reward service's helper programs too (build-job/libexec/areal), as the job finds them.
+  elif ! cmake --build "$job_build" -j "$(nproc)" --target bench_async_vs_sync areal-sandbox-supervisor areal-algebra \
+    -- "${keep_going[@]}" >"$work/build-job.log" 2>&1; then
     grep -E "error|undefined reference" "$work/build-job.log" | head -n 40 >&2
     job_result="build failed (all of it: $work/build-job.log)"
   else
