@@ -55,6 +55,19 @@ void check_joined(node_process& head, node_process& worker) {
 
 }  // namespace
 
+TEST_CASE("areal --version names the weight links this build has") {
+  scratch_dir dir{"version"};
+  node_process p{{"--version"}, dir.path / "version.log", dir.path};
+  REQUIRE(p.wait_exit(30s) == 0);
+  auto out = p.log();
+  CHECK(out.find("areal ") == 0);
+  // Gloo where the build found its headers (actors/CMakeLists.txt, AREAL_GLOO), else said missing.
+  if (AREAL_GLOO_LINK)
+    CHECK(out.find("weight links: caf, gloo, nccl") != std::string::npos);
+  else
+    CHECK(out.find("weight links: caf, gloo (not in this build") != std::string::npos);
+}
+
 TEST_CASE("two nodes connect worker-first and exchange trajectories and both exit 0") {
   two_nodes t{"worker-first"};
   auto worker = t.start("worker");

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "areal/actors/node.hpp"
+#include "areal/actors/weight_transport.hpp"
 #include "areal/kernels/allocator.hpp"
 #include "areal/kernels/blas_probe.hpp"
 #include "areal/runtime/blas_core.hpp"
@@ -50,6 +51,18 @@ int main(int argc, char** argv) {
   if (options.version) {
     std::cout << "areal " << AREAL_VERSION << " (protocol " << areal::protocol_version << ", schema "
               << areal::schema_version << ")\n";
+    // What this build can move weights with: one built against a LibTorch without Gloo's headers (PyTorch's)
+    // has no Gloo link; NCCL needs the build's NCCL and a GPU here.
+    using areal::weight_backend;
+    std::cout << "weight links: caf, gloo"
+              << (areal::weight_backend_available(weight_backend::gloo)
+                      ? ""
+                      : " (not in this build: Gloo's headers were not found when it was configured)")
+              << ", nccl"
+              << (areal::weight_backend_available(weight_backend::nccl)
+                      ? ""
+                      : " (not usable here: this build has no NCCL, or this machine no GPU)")
+              << "\n";
     return areal::exit_ok;
   }
   if (options.blas) {

@@ -45,9 +45,11 @@ if [ -z "$job_preset" ]; then
   job_preset=qwen2-0.5b
   [ "$device" = cpu ] && job_preset=micro
 fi
-# RL steps per run: enough that filling and draining the pipeline is a minor part (the benchmark prints it).
+# RL steps per run: enough that filling and draining the pipeline is a minor part (the benchmark prints its
+# share), few enough that the whole check fits a 10-minute limit on a GPU machine (not yet timed on one:
+# --quick or --job-steps make it shorter).
 if [ -z "$job_steps" ]; then
-  job_steps=30
+  job_steps=20
   [ ${#quick[@]} -gt 0 ] && job_steps=10
 fi
 started=$(date +%s)
