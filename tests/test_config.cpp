@@ -2,6 +2,7 @@
 // path; --set overrides any key; defaults are filled in; node selection.
 #include <doctest/doctest.h>
 
+#include <filesystem>
 #include <fstream>
 
 #include "areal/runtime/cli.hpp"
@@ -302,10 +303,16 @@ TEST_CASE("a missing file is a clear error") {
 }
 
 TEST_CASE("the shipped configurations are valid") {
-  for (auto name : {"single_node.toml", "two_nodes.toml"}) {
-    auto r = load_config(std::string{AREAL_SOURCE_DIR} + "/configs/" + name);
-    CHECK_MESSAGE(r.config, name << ": " << (r.errors.empty() ? "" : r.errors[0]));
+  // Every one in configs/, so that a new one is checked from the start.
+  size_t checked = 0;
+  for (auto& entry : std::filesystem::directory_iterator(std::string{AREAL_SOURCE_DIR} + "/configs")) {
+    if (entry.path().extension() != ".toml")
+      continue;
+    auto r = load_config(entry.path().string());
+    CHECK_MESSAGE(r.config, entry.path().filename().string() << ": " << (r.errors.empty() ? "" : r.errors[0]));
+    ++checked;
   }
+  CHECK(checked >= 7);
 }
 
 TEST_CASE("command line parsing") {
