@@ -6,8 +6,11 @@
 //   - the causal attention of packed training sequences and its gradient
 //     (cpu_train_attention.cpp, through fused::causal_attention): lengths
 //     around the query block and the vector widths, an empty sequence, head
-//     sizes on both widths, groups of 1 to 3.
+//     sizes on both widths, groups of 1 to 3;
+//   - and beside them ATen's packed attention (aten_attention.cpp, every other
+//     device's path) against ATen's attention of one sequence at a time.
 #include <cmath>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -15,6 +18,7 @@
 #include <ATen/ATen.h>
 #include <doctest/doctest.h>
 
+#include "aten_attention.hpp"
 #include "cpu_isa.hpp"
 #include "cpu_kernels.hpp"
 
@@ -211,4 +215,59 @@ TEST_CASE("training attention on the CPU and its gradient match a float64 refere
         CHECK(worst(got.detach(), want.detach()) < 2e-5);
         CHECK(worst(rows.grad(), exact.grad()) < 1e-4);
       }
+}
+
+TEST_CASE(
+    "ATen's packed attention gives each sequence what its own attention gives, with parents, in one bucket or many") {
+  // A prompt and three samples that continue it, a lone sequence, an empty one, a second family.
+  std::vector<int64_t> lengths = {6, 3, 1, 5, 9, 0, 4, 2};
+  std::vector<int64_t> parents = {-1, 0, 0, 0, -1, -1, -1, 6};
+  int64_t kv = 2, group = 3, head_dim = 8, heads = kv * group, tokens = 30;
+  double scale = 1.0 / std::sqrt(double(head_dim));
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
+  auto options = at::TensorOptions().dtype(at::kDouble);
+  auto q = at::randn({tokens, heads, head_dim}, gen, options), k = at::randn({tokens, kv, head_dim}, gen, options),
+       v = at::randn({tokens, kv, head_dim}, gen, options), d_out = at::randn({tokens, heads * head_dim}, gen, options);
+  // One sequence at a time, as the forward pass did before: its parent's keys and values first.
+  auto one_at_a_time = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+    auto qs = q.split_with_sizes(lengths, 0), ks = k.split_with_sizes(lengths, 0), vs = v.split_with_sizes(lengths, 0);
+    std::vector<at::Tensor> outs;
+    for (size_t s = 0; s < lengths.size(); ++s) {
+      if (lengths[s] == 0)
+        continue;
+      auto keys = ks[s], values = vs[s];
+      int64_t past = 0;
+      if (parents[s] >= 0) {
+        auto p = static_cast<size_t>(parents[s]);
+        past = lengths[p];
+        keys = at::cat({ks[p], keys}, 0);
+        values = at::cat({vs[p], values}, 0);
+      }
+      outs.push_back(areal::kernels::detail::attend(qs[s].view({lengths[s], kv, group, head_dim}),
+                                                    keys.permute({1, 0, 2}), values.permute({1, 0, 2}), past, scale));
+    }
+    return at::cat(outs, 0);
+  };
+  auto run = [&](const std::function<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&)>& attention) {
+    auto qg = q.clone().requires_grad_(true), kg = k.clone().requires_grad_(true), vg = v.clone().requires_grad_(true);
+    auto out = attention(qg, kg, vg);
+    (out * d_out).sum().backward();
+    return std::vector<at::Tensor>{out.detach(), qg.grad(), kg.grad(), vg.grad()};
+  };
+  auto want = run(one_at_a_time);
+  // A budget of a whole batch's scores: one bucket; of one element: a bucket per sequence.
+  for (int64_t budget : {int64_t{1} << 24, int64_t{1}}) {
+    INFO("budget " << budget);
+    auto plan = areal::kernels::detail::plan_packed_attention(lengths, parents, group, kv, options, budget);
+    CHECK(plan.buckets.size() == (budget == 1 ? 7u : 1u));
+    auto got = run([&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+      return areal::kernels::detail::attend_packed(plan, q, k, v, scale);
+    });
+    for (size_t i = 0; i < want.size(); ++i) {
+      INFO("output, then the gradients of q, k and v: " << i);
+      REQUIRE(got[i].sizes() == want[i].sizes());
+      // Both take the softmax in float32 (attend's rule); padded rows change only its rounding.
+      CHECK((got[i] - want[i]).abs().max().item<double>() < 2e-6);
+    }
+  }
 }

@@ -14,7 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <map>
+#include <optional>
 
 namespace areal::kernels {
 
@@ -52,37 +52,6 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 }
 
 }  // namespace
-
-namespace detail {
-
-at::Tensor causal_bias(int64_t count, int64_t past, int64_t group, const at::TensorOptions& options) {
-  auto long_options = options.dtype(at::kLong);
-  auto query_pos = at::arange(count, long_options).add_(past);
-  auto key_pos = at::arange(past + count, long_options);
-  auto future = key_pos.unsqueeze(0).gt(query_pos.unsqueeze(1));  // [count, keys]
-  auto bias = at::zeros(future.sizes(), options).masked_fill_(future, -std::numeric_limits<float>::infinity());
-  return bias.repeat_interleave(group, 0);  // [count*group, keys]
-}
-
-at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t past, double scale,
-                  const at::Tensor& bias) {
-  auto count = q.size(0), kv_heads = q.size(1), group = q.size(2), head_dim = q.size(3);
-  auto qh = q.permute({1, 0, 2, 3}).reshape({kv_heads, count * group, head_dim});  // row = t * group + g
-  at::Tensor scores;
-  if (count > 1) {
-    auto mask = bias.defined() ? bias : causal_bias(count, past, group, q.options());
-    scores = at::baddbmm(mask, qh, k.transpose(1, 2), 1.0, scale);  // [kv, count*group, keys]
-  } else {
-    scores = at::matmul(qh, k.transpose(1, 2)).mul_(scale);
-  }
-  auto probs = at::softmax(scores, -1, at::kFloat).to(v.scalar_type());
-  auto out = at::matmul(probs, v);  // [kv, count*group, head_dim]
-  return out.view({kv_heads, count, group, head_dim})
-      .permute({1, 0, 2, 3})
-      .reshape({count, kv_heads * group * head_dim});
-}
-
-}  // namespace detail
 
 // -- parameters -----------------------------------------------------------------
 
@@ -360,13 +329,7 @@ at::Tensor policy_model::forward(const at::Tensor& tokens, const std::vector<int
   auto positions = at::tensor(pos, at::TensorOptions().dtype(at::kLong)).to(flat_.device());
   auto angles = rotary_for(positions);
   auto x = embed_.index_select(0, tokens.to(flat_.device()));
-  std::map<std::pair<int64_t, int64_t>, at::Tensor> bias_of_shape;  // every layer masks the same shapes
-  auto bias_for = [&](int64_t count, int64_t past) {
-    auto& bias = bias_of_shape[{count, past}];
-    if (!bias.defined())
-      bias = detail::causal_bias(count, past, group, x.options().requires_grad(false));
-    return bias;
-  };
+  std::optional<detail::packed_attention_plan> packed;  // ATen's path: made at the first layer, for all
   auto heads = config_.num_attention_heads, q_width = heads * d, kv_width = kv_heads * d;
   for (auto& layer : layers_) {
     auto qkv = fused::linear(rms_norm(x, layer.input_norm), layer.qkv_w, layer.qkv_b);  // [T, q + 2 kv]
@@ -378,26 +341,9 @@ at::Tensor policy_model::forward(const at::Tensor& tokens, const std::vector<int
       attended = fused::causal_attention(rotated, cu_seqlens, heads, kv_heads, d, parents);
     } else {
       auto [q, k, v] = qkv_heads(qkv, angles);
-      // Per sequence by split, not narrow (see qkv_heads).
-      auto qs = q.split_with_sizes(lengths, 0), ks = k.split_with_sizes(lengths, 0),
-           vs = v.split_with_sizes(lengths, 0);
-      std::vector<at::Tensor> outs;
-      for (size_t s = 0; s < lengths.size(); ++s) {
-        auto count = lengths[s];
-        if (count == 0)
-          continue;
-        auto k_rows = ks[s], v_rows = vs[s];
-        int64_t past = 0;
-        if (auto p = parent_of(s); p >= 0) {  // the parent's keys and values first
-          past = lengths[static_cast<size_t>(p)];
-          k_rows = at::cat({ks[static_cast<size_t>(p)], k_rows}, 0);
-          v_rows = at::cat({vs[static_cast<size_t>(p)], v_rows}, 0);
-        }
-        auto bias = count > 1 || past > 0 ? bias_for(count, past) : at::Tensor{};
-        outs.push_back(detail::attend(qs[s].view({count, kv_heads, group, d}), k_rows.permute({1, 0, 2}),
-                                      v_rows.permute({1, 0, 2}), past, scale, bias));
-      }
-      attended = at::cat(outs, 0);
+      if (!packed)
+        packed = detail::plan_packed_attention(lengths, parents, group, kv_heads, x.options().requires_grad(false));
+      attended = detail::attend_packed(*packed, q, k, v, scale);
     }
     x = x + fused::linear(attended, layer.o_w);
     x = x + mlp(layer, rms_norm(x, layer.post_norm));
