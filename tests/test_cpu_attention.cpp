@@ -229,8 +229,9 @@ TEST_CASE(
   auto q = at::randn({tokens, heads, head_dim}, gen, options), k = at::randn({tokens, kv, head_dim}, gen, options),
        v = at::randn({tokens, kv, head_dim}, gen, options), d_out = at::randn({tokens, heads * head_dim}, gen, options);
   // One sequence at a time, as the forward pass did before: its parent's keys and values first.
-  auto one_at_a_time = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-    auto qs = q.split_with_sizes(lengths, 0), ks = k.split_with_sizes(lengths, 0), vs = v.split_with_sizes(lengths, 0);
+  auto one_at_a_time = [&](const at::Tensor& query, const at::Tensor& key, const at::Tensor& value) {
+    auto qs = query.split_with_sizes(lengths, 0), ks = key.split_with_sizes(lengths, 0),
+         vs = value.split_with_sizes(lengths, 0);
     std::vector<at::Tensor> outs;
     for (size_t s = 0; s < lengths.size(); ++s) {
       if (lengths[s] == 0)
@@ -260,8 +261,8 @@ TEST_CASE(
     INFO("budget " << budget);
     auto plan = areal::kernels::detail::plan_packed_attention(lengths, parents, group, kv, options, budget);
     CHECK(plan.buckets.size() == (budget == 1 ? 7u : 1u));
-    auto got = run([&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-      return areal::kernels::detail::attend_packed(plan, q, k, v, scale);
+    auto got = run([&](const at::Tensor& query, const at::Tensor& key, const at::Tensor& value) {
+      return areal::kernels::detail::attend_packed(plan, query, key, value, scale);
     });
     for (size_t i = 0; i < want.size(); ++i) {
       INFO("output, then the gradients of q, k and v: " << i);

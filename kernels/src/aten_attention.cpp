@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <numeric>
 
 namespace areal::kernels::detail {
 
@@ -56,7 +55,9 @@ packed_attention_plan plan_packed_attention(const std::vector<int64_t>& lengths,
   packed_attention_plan plan;
   std::vector<int64_t> token_order(static_cast<size_t>(tokens), 0);
   int64_t placed = 0;  // real slots of the buckets made so far
-  auto long_options = options.dtype(at::kLong);
+  auto indices = [&](const std::vector<int64_t>& rows) {  // on the plan's device
+    return at::tensor(rows, at::TensorOptions().dtype(at::kLong)).to(options.device());
+  };
   for (size_t first = 0; first < order.size();) {
     // The bucket: the longest left, then as many as keep its scores within the budget.
     int64_t keys = past[order[first]] + lengths[order[first]], queries = lengths[order[first]];
@@ -98,16 +99,16 @@ packed_attention_plan plan_packed_attention(const std::vector<int64_t>& lengths,
         }
       }
     }
-    b.query_rows = at::tensor(query_rows, at::TensorOptions().dtype(at::kLong)).to(long_options.device());
-    b.key_rows = at::tensor(key_rows, at::TensorOptions().dtype(at::kLong)).to(long_options.device());
-    b.real_slots = at::tensor(real_slots, at::TensorOptions().dtype(at::kLong)).to(long_options.device());
+    b.query_rows = indices(query_rows);
+    b.key_rows = indices(key_rows);
+    b.real_slots = indices(real_slots);
     b.bias = at::tensor(bias, at::TensorOptions().dtype(at::kFloat))
                  .view({b.sequences, queries * group, keys})
                  .to(options.device(), options.dtype().toScalarType());
     plan.buckets.push_back(std::move(b));
     first = end;
   }
-  plan.token_order = at::tensor(token_order, at::TensorOptions().dtype(at::kLong)).to(long_options.device());
+  plan.token_order = indices(token_order);
   return plan;
 }
 

@@ -229,7 +229,7 @@ void trainer::for_micro_batches(const std::vector<std::vector<size_t>>& micro_ba
   if (replicas == 1) {
     if (thread_count_)
       // One replica: every thread for its products.
-      kernels::set_compute_threads(static_cast<int>(std::max<int64_t>(available, thread_count_())));
+      kernels::set_compute_threads(thread_count_());
     for (auto& mb : micro_batches)
       work(model_, mb, 0);
     return;
