@@ -28,6 +28,7 @@
 #include <torch/version.h>
 
 #include <ATen/core/grad_mode.h>  // at::NoGradGuard (LibTorch 2.x's ATen.h no longer brings it)
+#include <ATen/record_function.h>
 #include <nlohmann/json.hpp>
 
 #include "areal/kernels/compute_threads.hpp"
@@ -51,6 +52,30 @@ model_config shape_named(const std::string& name) {
   c.max_position_embeddings = 4096;
   return c;
 }
+
+// ATen operator calls on this thread while one is alive (RecordFunction's
+// callback, nested calls included): on a GPU most are a kernel launch each.
+class aten_call_counter {
+ public:
+  aten_call_counter()
+      : handle_(at::addThreadLocalCallback(
+            at::RecordFunctionCallback(&aten_call_counter::count).scopes({at::RecordScope::FUNCTION}))) {
+    calls_ = 0;
+  }
+  ~aten_call_counter() { at::removeCallback(handle_); }
+  aten_call_counter(const aten_call_counter&) = delete;
+  aten_call_counter& operator=(const aten_call_counter&) = delete;
+  uint64_t calls() const { return calls_; }
+
+ private:
+  static std::unique_ptr<at::ObserverContext> count(const at::RecordFunction&) {
+    ++calls_;
+    return nullptr;
+  }
+  static thread_local uint64_t calls_;
+  at::CallbackHandle handle_;
+};
+thread_local uint64_t aten_call_counter::calls_ = 0;
 
 // (read + write) bytes per second of a device-to-device copy of `bytes`.
 double copy_bandwidth(const at::Device& device, int64_t bytes, int reps) {
@@ -142,9 +167,12 @@ accuracy engine_vs_forward(policy_model& model, int sequences, int64_t prompt, u
 struct decode_figures {
   double tokens_per_s = 0, step_s = 0, roofline_step_s = 0;
   uint64_t graph_replays = 0;
+  double prefill_tokens_per_s = 0;  // the batch's prompts prefilled together, as after an interruption
+  uint64_t prefill_aten_calls = 0;
 };
 
-// (b) Steady decoding of `batch` sequences (prefill excluded from the timing).
+// (b) Steady decoding of `batch` sequences, timed apart from their prefill (all
+// prompts in the engine's first steps, as a re-prefill after an interruption).
 // With `graphs`, steady steps replay captured CUDA graphs (on a GPU); the step
 // that captures the batch's graph runs before the timing starts.
 decode_figures decode_rate(policy_model& model, int64_t batch, int64_t prompt, uint32_t new_tokens,
@@ -161,8 +189,17 @@ decode_figures decode_rate(policy_model& model, int64_t batch, int64_t prompt, u
     j.seed = 100 + static_cast<uint64_t>(i);
     engine.submit(j);
   }
-  while (engine.counters().prefill_tokens < static_cast<uint64_t>(batch * prompt))
-    engine.step();
+  synchronize(model.flat().device());
+  auto prefill_start = clock_type::now();
+  uint64_t prefill_calls = 0;
+  {
+    aten_call_counter calls;
+    while (engine.counters().prefill_tokens < static_cast<uint64_t>(batch * prompt))
+      engine.step();
+    prefill_calls = calls.calls();
+  }
+  synchronize(model.flat().device());
+  double prefill_s = seconds_since(prefill_start);
   engine.step();  // the first steady step (where graphs are on: captures)
   auto tokens_before = engine.counters().decode_tokens;
   auto steps_before = engine.counters().steps;
@@ -180,7 +217,12 @@ decode_figures decode_rate(policy_model& model, int64_t batch, int64_t prompt, u
   double mean_context = static_cast<double>(prompt) + new_tokens / 2.0;
   double kv = static_cast<double>(batch) * mean_context * c.num_hidden_layers * 2.0 * c.num_key_value_heads *
               c.head_dim() * element;
-  return {tokens / seconds, seconds / steps, (weights + kv) / copy_bytes_per_s, engine.counters().graph_replays};
+  return {tokens / seconds,
+          seconds / steps,
+          (weights + kv) / copy_bytes_per_s,
+          engine.counters().graph_replays,
+          static_cast<double>(batch * prompt) / prefill_s,
+          prefill_calls};
 }
 
 // Seconds per call of `work` on `device`: one untimed call first (a graph
@@ -333,13 +375,16 @@ int main(int argc, char** argv) {
       auto f = decode_rate(model, batch, prompt, new_tokens, copy, true);
       double efficiency = f.roofline_step_s / f.step_s;
       std::cout << "  batch " << batch << ": " << f.tokens_per_s << " tokens/s, step " << f.step_s * 1e3
-                << " ms, roofline " << f.roofline_step_s * 1e3 << " ms, efficiency " << efficiency << "\n";
+                << " ms, roofline " << f.roofline_step_s * 1e3 << " ms, efficiency " << efficiency << "; prefill "
+                << f.prefill_tokens_per_s << " tokens/s in " << f.prefill_aten_calls << " ATen calls\n";
       nlohmann::json row = {{"batch", batch},
                             {"tokens_per_s", f.tokens_per_s},
                             {"step_ms", f.step_s * 1e3},
                             {"roofline_step_ms", f.roofline_step_s * 1e3},
                             {"efficiency", efficiency},
                             {"graph_replays", f.graph_replays},
+                            {"prefill_tokens_per_s", f.prefill_tokens_per_s},
+                            {"prefill_aten_calls", f.prefill_aten_calls},
                             {"fused_kernels", cuda_kernels_built()}};
       auto parts = time_step_parts(model, batch, prompt + new_tokens / 2);
       std::cout << "    parts alone: forward " << parts.forward_s * 1e3 << " ms, LM head " << parts.lm_head_s * 1e3

@@ -7,8 +7,10 @@
 //     (cpu_train_attention.cpp, through fused::causal_attention): lengths
 //     around the query block and the vector widths, an empty sequence, head
 //     sizes on both widths, groups of 1 to 3;
-//   - and beside them ATen's packed attention (aten_attention.cpp, every other
-//     device's path) against ATen's attention of one sequence at a time.
+//   - and beside them ATen's planned attention (aten_attention.cpp, every other
+//     device's path): packed training sequences, and keys read from a KV cache
+//     and a prompt pool as the engine lays them out, against a plain attention
+//     of one sequence at a time.
 #include <cmath>
 #include <functional>
 #include <random>
@@ -217,6 +219,27 @@ TEST_CASE("training attention on the CPU and its gradient match a float64 refere
       }
 }
 
+namespace {
+
+// The attention of `count` queries q [count, kv, group, d] against keys and values
+// [kv, keys, d], causal (query t sees keys up to keys - count + t), in q's dtype:
+// the reference for the planned attention.
+at::Tensor one_sequence_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale) {
+  auto count = q.size(0), kv = q.size(1), group = q.size(2), d = q.size(3), keys = k.size(1);
+  auto qh = q.permute({1, 0, 2, 3}).reshape({kv, count * group, d});  // row = t * group + g
+  auto hidden = at::zeros({count * group, keys}, at::TensorOptions().dtype(at::kBool));
+  for (int64_t t = 0; t < count; ++t)
+    for (int64_t j = keys - count + t + 1; j < keys; ++j)
+      hidden.narrow(0, t * group, group).select(1, j).fill_(true);
+  auto scores = at::matmul(qh, k.transpose(1, 2)).mul(scale).masked_fill(hidden, -INFINITY);
+  return at::matmul(at::softmax(scores, -1), v)
+      .view({kv, count, group, d})
+      .permute({1, 0, 2, 3})
+      .reshape({count, kv * group * d});
+}
+
+}  // namespace
+
 TEST_CASE(
     "ATen's packed attention gives each sequence what its own attention gives, with parents, in one bucket or many") {
   // A prompt and three samples that continue it, a lone sequence, an empty one, a second family.
@@ -228,7 +251,7 @@ TEST_CASE(
   auto options = at::TensorOptions().dtype(at::kDouble);
   auto q = at::randn({tokens, heads, head_dim}, gen, options), k = at::randn({tokens, kv, head_dim}, gen, options),
        v = at::randn({tokens, kv, head_dim}, gen, options), d_out = at::randn({tokens, heads * head_dim}, gen, options);
-  // One sequence at a time, as the forward pass did before: its parent's keys and values first.
+  // One sequence at a time: its parent's keys and values first.
   auto one_at_a_time = [&](const at::Tensor& query, const at::Tensor& key, const at::Tensor& value) {
     auto qs = query.split_with_sizes(lengths, 0), ks = key.split_with_sizes(lengths, 0),
          vs = value.split_with_sizes(lengths, 0);
@@ -237,15 +260,13 @@ TEST_CASE(
       if (lengths[s] == 0)
         continue;
       auto keys = ks[s], values = vs[s];
-      int64_t past = 0;
       if (parents[s] >= 0) {
         auto p = static_cast<size_t>(parents[s]);
-        past = lengths[p];
         keys = at::cat({ks[p], keys}, 0);
         values = at::cat({vs[p], values}, 0);
       }
-      outs.push_back(areal::kernels::detail::attend(qs[s].view({lengths[s], kv, group, head_dim}),
-                                                    keys.permute({1, 0, 2}), values.permute({1, 0, 2}), past, scale));
+      outs.push_back(one_sequence_attention(qs[s].view({lengths[s], kv, group, head_dim}), keys.permute({1, 0, 2}),
+                                            values.permute({1, 0, 2}), scale));
     }
     return at::cat(outs, 0);
   };
@@ -260,15 +281,68 @@ TEST_CASE(
   for (int64_t budget : {int64_t{1} << 24, int64_t{1}}) {
     INFO("budget " << budget);
     auto plan = areal::kernels::detail::plan_packed_attention(lengths, parents, group, kv, options, budget);
-    CHECK(plan.buckets.size() == (budget == 1 ? 7u : 1u));
+    CHECK(plan.plan.buckets.size() == (budget == 1 ? 7u : 1u));
     auto got = run([&](const at::Tensor& query, const at::Tensor& key, const at::Tensor& value) {
       return areal::kernels::detail::attend_packed(plan, query, key, value, scale);
     });
     for (size_t i = 0; i < want.size(); ++i) {
       INFO("output, then the gradients of q, k and v: " << i);
       REQUIRE(got[i].sizes() == want[i].sizes());
-      // Both take the softmax in float32 (attend's rule); padded rows change only its rounding.
+      // The planned attention takes the softmax in float32; the reference in float64.
       CHECK((got[i] - want[i]).abs().max().item<double>() < 2e-6);
     }
+  }
+}
+
+TEST_CASE("ATen's planned attention reads a KV cache and a prompt pool as the engine lays them out") {
+  namespace d = areal::kernels::detail;
+  int64_t slots = 3, kv = 2, group = 2, rows = 10, pool_tokens = 12, head_dim = 4, queries = 13;
+  double scale = 0.4;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(9);
+  auto options = at::TensorOptions().dtype(at::kDouble);
+  auto cache_k = at::randn({slots, kv, rows, head_dim}, gen, options),
+       cache_v = at::randn({slots, kv, rows, head_dim}, gen, options);
+  auto pool_k = at::randn({kv, pool_tokens, head_dim}, gen, options),
+       pool_v = at::randn({kv, pool_tokens, head_dim}, gen, options);
+  auto q = at::randn({queries, kv * group, head_dim}, gen, options);
+  // Slot s's own rows from `from`, and pool rows from `at`, as spans of the views below.
+  auto own = [&](int64_t slot, int64_t from, int64_t length) {
+    return d::key_span{0, slot * kv * rows + from, 1, rows, length};
+  };
+  auto pooled = [&](int64_t at, int64_t length) { return d::key_span{1, at, 1, pool_tokens, length}; };
+  std::vector<d::attention_sequence> sequences = {
+      {0, 2, {pooled(2, 5), own(0, 5, 4)}},  // two new tokens after a pool prefix of 5 (keys 5+4)
+      {2, 7, {own(2, 0, 7)}},                // a prefill of 7
+      {9, 3, {pooled(0, 6)}},                // a pool fill of 3 after 3 rows already there
+      {12, 1, {own(1, 0, 4)}},               // a decode at position 3
+      {13, 0, {own(1, 0, 2)}},               // no queries: left out
+  };
+  // The reference: each sequence's keys cut from the tensors, attended alone.
+  std::vector<at::Tensor> want;
+  for (auto& s : sequences) {
+    if (s.queries == 0)
+      continue;
+    std::vector<at::Tensor> ks, vs;
+    for (auto& span : s.keys) {
+      bool from_pool = span.source == 1;
+      auto slot = span.base / (kv * rows), first = from_pool ? span.base : span.base % (kv * rows);
+      ks.push_back(from_pool ? pool_k.narrow(1, first, span.length) : cache_k[slot].narrow(1, first, span.length));
+      vs.push_back(from_pool ? pool_v.narrow(1, first, span.length) : cache_v[slot].narrow(1, first, span.length));
+    }
+    want.push_back(one_sequence_attention(q.narrow(0, s.first_query, s.queries).view({s.queries, kv, group, head_dim}),
+                                          at::cat(ks, 1), at::cat(vs, 1), scale));
+  }
+  for (int64_t budget : {int64_t{1} << 24, int64_t{1}}) {
+    INFO("budget " << budget);
+    auto plan = d::plan_attention(sequences, group, kv, options, budget);
+    CHECK(plan.buckets.size() == (budget == 1 ? 4u : 1u));
+    auto got = d::attend_planned(plan, q, {cache_k.view({-1, head_dim}), pool_k.view({-1, head_dim})},
+                                 {cache_v.view({-1, head_dim}), pool_v.view({-1, head_dim})}, scale);
+    // Row i of the output is q row plan.rows[i]'s: put them back in q's order.
+    REQUIRE(plan.rows.size(0) == queries);
+    auto in_order = at::empty_like(got).index_copy_(0, plan.rows, got);
+    auto expected = at::cat(want, 0);
+    REQUIRE(in_order.sizes() == expected.sizes());
+    CHECK((in_order - expected).abs().max().item<double>() < 2e-6);
   }
 }

@@ -1,150 +1,199 @@
-// ATen attention (aten_attention.hpp): one sequence's, and packed sequences' in buckets.
+// ATen attention in planned buckets (aten_attention.hpp).
 #include "aten_attention.hpp"
 
 #include <algorithm>
 #include <limits>
+#include <stdexcept>
+
+#include "torch_compat.hpp"
 
 namespace areal::kernels::detail {
 
-at::Tensor causal_bias(int64_t count, int64_t past, int64_t group, const at::TensorOptions& options) {
-  auto long_options = options.dtype(at::kLong);
-  auto query_pos = at::arange(count, long_options).add_(past);
-  auto key_pos = at::arange(past + count, long_options);
-  auto future = key_pos.unsqueeze(0).gt(query_pos.unsqueeze(1));  // [count, keys]
-  auto bias = at::zeros(future.sizes(), options).masked_fill_(future, -std::numeric_limits<float>::infinity());
-  return bias.repeat_interleave(group, 0);  // [count*group, keys]
+namespace {
+
+int64_t key_count(const attention_sequence& s) {
+  int64_t n = 0;
+  for (auto& span : s.keys)
+    n += span.length;
+  return n;
 }
 
-at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t past, double scale,
-                  const at::Tensor& bias) {
-  auto count = q.size(0), kv_heads = q.size(1), group = q.size(2), head_dim = q.size(3);
-  auto qh = q.permute({1, 0, 2, 3}).reshape({kv_heads, count * group, head_dim});  // row = t * group + g
-  at::Tensor scores;
-  if (count > 1) {
-    auto mask = bias.defined() ? bias : causal_bias(count, past, group, q.options());
-    scores = at::baddbmm(mask, qh, k.transpose(1, 2), 1.0, scale);  // [kv, count*group, keys]
-  } else {
-    scores = at::matmul(qh, k.transpose(1, 2)).mul_(scale);
+at::Tensor on_device(const std::vector<int64_t>& rows, const at::TensorOptions& options) {
+  return at::tensor(rows, at::TensorOptions().dtype(at::kLong)).to(options.device());
+}
+
+// softmax(q k^T * scale + bias) v: q [n, h, L, d], k and v [n, h, S, d], bias [n, 1, L, S].
+// On a GPU, ATen's fused kernel where the LibTorch has it; elsewhere the score
+// product with the scale and the mask in it (baddbmm: one BLAS call, no pass over
+// the scores before the softmax), the softmax in float32.
+at::Tensor scaled_dot_product(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& bias,
+                              double scale) {
+  if (compat::has_sdpa && q.is_cuda()) {
+    auto type = q.scalar_type();
+    return compat::sdpa(q, k.to(type), v.to(type), bias.to(type), scale);
   }
+  auto n = q.size(0), h = q.size(1), L = q.size(2), S = k.size(2), d = q.size(3);
+  auto scores = at::baddbmm(bias.expand({n, h, L, S}).reshape({n * h, L, S}), q.reshape({n * h, L, d}),
+                            k.reshape({n * h, S, d}).transpose(1, 2), 1.0, scale);
   auto probs = at::softmax(scores, -1, at::kFloat).to(v.scalar_type());
-  auto out = at::matmul(probs, v);  // [kv, count*group, head_dim]
-  return out.view({kv_heads, count, group, head_dim})
-      .permute({1, 0, 2, 3})
-      .reshape({count, kv_heads * group * head_dim});
+  return at::bmm(probs, v.reshape({n * h, S, d})).view({n, h, L, v.size(3)});
 }
 
-packed_attention_plan plan_packed_attention(const std::vector<int64_t>& lengths, const std::vector<int64_t>& parents,
-                                            int64_t group, int64_t kv_heads, const at::TensorOptions& options,
-                                            int64_t budget) {
-  auto sequences = lengths.size();
-  std::vector<int64_t> start(sequences, 0), past(sequences, 0);
-  for (size_t s = 0; s < sequences; ++s) {
-    if (s > 0)
-      start[s] = start[s - 1] + lengths[s - 1];
-    if (!parents.empty() && parents[s] >= 0)
-      past[s] = lengths[static_cast<size_t>(parents[s])];
-  }
-  auto tokens = sequences ? start.back() + lengths.back() : 0;
-  // Longest first (by the keys a sequence sees), so that a bucket's members are of similar length.
-  std::vector<size_t> order;
-  for (size_t s = 0; s < sequences; ++s)
-    if (lengths[s] > 0)
+}  // namespace
+
+attention_plan plan_attention(const std::vector<attention_sequence>& sequences, int64_t group, int64_t kv_heads,
+                              const at::TensorOptions& options, int64_t budget) {
+  std::vector<int64_t> keys_of;
+  std::vector<size_t> order;  // the sequences with queries, longest first (by the keys they see)
+  for (size_t s = 0; s < sequences.size(); ++s) {
+    keys_of.push_back(key_count(sequences[s]));
+    if (sequences[s].queries > keys_of.back())
+      throw std::logic_error("plan_attention: a sequence has more queries than keys");
+    if (sequences[s].queries > 0)
       order.push_back(s);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return past[a] + lengths[a] > past[b] + lengths[b]; });
-  packed_attention_plan plan;
-  std::vector<int64_t> token_order(static_cast<size_t>(tokens), 0);
-  int64_t placed = 0;  // real slots of the buckets made so far
-  auto indices = [&](const std::vector<int64_t>& rows) {  // on the plan's device
-    return at::tensor(rows, at::TensorOptions().dtype(at::kLong)).to(options.device());
-  };
+  }
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return keys_of[a] > keys_of[b]; });
+  attention_plan plan;
+  plan.kv_heads = kv_heads;
+  std::vector<int64_t> rows;
   for (size_t first = 0; first < order.size();) {
     // The bucket: the longest left, then as many as keep its scores within the budget.
-    int64_t keys = past[order[first]] + lengths[order[first]], queries = lengths[order[first]];
+    int64_t keys = keys_of[order[first]], queries = sequences[order[first]].queries;
     size_t end = first + 1;
     while (end < order.size()) {
-      auto widest = std::max(queries, lengths[order[end]]);
+      auto widest = std::max(queries, sequences[order[end]].queries);
       if (static_cast<int64_t>(end - first + 1) * widest * group * keys * kv_heads > budget)
         break;
       queries = widest;
       ++end;
     }
-    packed_attention_plan::bucket b;
-    b.sequences = static_cast<int64_t>(end - first);
+    attention_plan::bucket b;
+    auto n = static_cast<int64_t>(end - first);
+    b.sequences = n;
     b.queries = queries;
     b.keys = keys;
-    std::vector<int64_t> query_rows(static_cast<size_t>(b.sequences * queries), 0);
-    std::vector<int64_t> key_rows(static_cast<size_t>(b.sequences * keys), 0), real_slots;
-    std::vector<float> bias(static_cast<size_t>(b.sequences * queries * group * keys),
-                            -std::numeric_limits<float>::infinity());
-    for (int64_t m = 0; m < b.sequences; ++m) {
-      auto s = order[first + static_cast<size_t>(m)];
-      auto count = lengths[s], seen = past[s];
-      for (int64_t j = 0; j < seen; ++j)  // the parent's keys first
-        key_rows[static_cast<size_t>(m * keys + j)] = start[static_cast<size_t>(parents[s])] + j;
-      for (int64_t j = 0; j < count; ++j)
-        key_rows[static_cast<size_t>(m * keys + seen + j)] = start[s] + j;
+    std::vector<int64_t> query_rows(static_cast<size_t>(n * queries), 0), real_slots;
+    std::array<std::vector<int64_t>, 2> key_rows;
+    for (auto& r : key_rows)
+      r.assign(static_cast<size_t>(n * kv_heads * keys), 0);
+    std::vector<uint8_t> from_second(static_cast<size_t>(n * kv_heads * keys), 0);
+    std::array<bool, 2> used{false, false};
+    std::vector<float> bias(static_cast<size_t>(n * queries * group * keys), -std::numeric_limits<float>::infinity());
+    for (int64_t m = 0; m < n; ++m) {
+      auto& s = sequences[order[first + static_cast<size_t>(m)]];
+      int64_t j = 0;  // the sequence's key
+      for (auto& span : s.keys) {
+        if ((span.source != 0 && span.source != 1) || span.length < 0)
+          throw std::logic_error("plan_attention: a key span has source 0 or 1 and no negative length");
+        used[static_cast<size_t>(span.source)] = used[static_cast<size_t>(span.source)] || span.length > 0;
+        for (int64_t i = 0; i < span.length; ++i, ++j)
+          for (int64_t h = 0; h < kv_heads; ++h) {
+            auto slot = static_cast<size_t>((m * kv_heads + h) * keys + j);
+            key_rows[static_cast<size_t>(span.source)][slot] = span.base + i * span.step + h * span.head_stride;
+            from_second[slot] = span.source == 1;
+          }
+      }
+      auto seen = j - s.queries;  // keys before the first query
       for (int64_t t = 0; t < queries; ++t) {
-        bool real = t < count;
+        bool real = t < s.queries;
         if (real) {
-          query_rows[static_cast<size_t>(m * queries + t)] = start[s] + t;
+          query_rows[static_cast<size_t>(m * queries + t)] = s.first_query + t;
           real_slots.push_back(m * queries + t);
-          token_order[static_cast<size_t>(start[s] + t)] = placed++;
+          rows.push_back(s.first_query + t);
         }
-        // A real query sees keys 0 .. seen + t; a padding one key 0 (a row of -inf alone would give NaN).
+        // A real query sees keys 0 .. seen + t; a padding one key 0.
         auto visible = real ? seen + t + 1 : 1;
-        for (int64_t g = 0; g < group; ++g) {
-          auto row = ((m * queries + t) * group + g) * keys;
-          std::fill_n(bias.begin() + row, visible, 0.0f);
-        }
+        for (int64_t g = 0; g < group; ++g)
+          std::fill_n(bias.begin() + ((m * queries + t) * group + g) * keys, visible, 0.0f);
       }
     }
-    b.query_rows = indices(query_rows);
-    b.key_rows = indices(key_rows);
-    b.real_slots = indices(real_slots);
+    b.query_rows = on_device(query_rows, options);
+    for (size_t src = 0; src < 2; ++src)
+      if (used[src])
+        b.key_rows[src] = on_device(key_rows[src], options);
+    if (used[0] && used[1])
+      b.from_second =
+          at::tensor(std::vector<int64_t>(from_second.begin(), from_second.end()), at::TensorOptions().dtype(at::kLong))
+              .to(options.device())
+              .ne(0)
+              .view({n, kv_heads, keys, 1});
+    b.real_slots = on_device(real_slots, options);
     b.bias = at::tensor(bias, at::TensorOptions().dtype(at::kFloat))
-                 .view({b.sequences, queries * group, keys})
+                 .view({n, 1, queries * group, keys})
                  .to(options.device(), options.dtype().toScalarType());
     plan.buckets.push_back(std::move(b));
     first = end;
   }
-  plan.token_order = indices(token_order);
+  plan.rows = on_device(rows, options);
   return plan;
 }
 
-at::Tensor attend_packed(const packed_attention_plan& plan, const at::Tensor& q, const at::Tensor& k,
-                         const at::Tensor& v, double scale) {
-  auto kv_heads = k.size(1), head_dim = k.size(2), group = q.size(1) / kv_heads;
-  auto width = kv_heads * group * head_dim;
+at::Tensor attend_planned(const attention_plan& plan, const at::Tensor& q, const std::array<at::Tensor, 2>& keys,
+                          const std::array<at::Tensor, 2>& values, double scale) {
+  auto head_dim = q.size(2);
   if (plan.buckets.empty())
-    return at::zeros({0, width}, q.options());
+    return at::zeros({0, q.size(1) * head_dim}, q.options());
   std::vector<at::Tensor> outs;
   for (auto& b : plan.buckets) {
-    auto n = b.sequences, queries = b.queries, keys = b.keys;
-    // [n * kv_heads, queries * group, head_dim], row = t * group + g, as attend's.
+    auto n = b.sequences, queries = b.queries, kv_heads = plan.kv_heads, group = q.size(1) / kv_heads;
+    // [n, kv_heads, queries * group, head_dim], row = t * group + g: the kv head's queries share its keys.
     auto qb = q.index_select(0, b.query_rows)
                   .view({n, queries, kv_heads, group, head_dim})
                   .permute({0, 2, 1, 3, 4})
-                  .reshape({n * kv_heads, queries * group, head_dim});
-    auto per_head = [&](const at::Tensor& x) {
-      return x.index_select(0, b.key_rows)
-          .view({n, keys, kv_heads, head_dim})
-          .permute({0, 2, 1, 3})
-          .reshape({n * kv_heads, keys, head_dim});
+                  .reshape({n, kv_heads, queries * group, head_dim});
+    auto gather = [&](const std::array<at::Tensor, 2>& source) {  // [n, kv_heads, keys, head_dim]
+      at::Tensor rows[2];
+      for (size_t s = 0; s < 2; ++s)
+        if (b.key_rows[s].defined())
+          rows[s] = source[s].index_select(0, b.key_rows[s]).view({n, kv_heads, b.keys, head_dim});
+      if (!rows[0].defined())
+        return rows[1];
+      if (!rows[1].defined())
+        return rows[0];
+      return at::where(b.from_second, rows[1], rows[0].to(rows[1].scalar_type()));
     };
-    auto kb = per_head(k), vb = per_head(v);
-    auto bias =
-        b.bias.unsqueeze(1).expand({n, kv_heads, queries * group, keys}).reshape({n * kv_heads, queries * group, keys});
-    auto scores = at::baddbmm(bias, qb, kb.transpose(1, 2), 1.0, scale);
-    auto probs = at::softmax(scores, -1, at::kFloat).to(vb.scalar_type());
-    auto out = at::bmm(probs, vb)
+    auto out = scaled_dot_product(qb, gather(keys), gather(values), b.bias, scale)
                    .view({n, kv_heads, queries, group, head_dim})
                    .permute({0, 2, 1, 3, 4})
-                   .reshape({n * queries, width});
+                   .reshape({n * queries, kv_heads * group * head_dim});
     outs.push_back(out.index_select(0, b.real_slots));
   }
-  auto all = outs.size() == 1 ? outs.front() : at::cat(outs, 0);
-  return all.index_select(0, plan.token_order);
+  return outs.size() == 1 ? outs.front() : at::cat(outs, 0);
+}
+
+packed_attention_plan plan_packed_attention(const std::vector<int64_t>& lengths, const std::vector<int64_t>& parents,
+                                            int64_t group, int64_t kv_heads, const at::TensorOptions& options,
+                                            int64_t budget) {
+  // Packed keys [T, kv_heads, head_dim] viewed as [T * kv_heads, head_dim]: token t, head h is row t * kv_heads + h.
+  std::vector<int64_t> start(lengths.size(), 0);
+  for (size_t s = 1; s < lengths.size(); ++s)
+    start[s] = start[s - 1] + lengths[s - 1];
+  std::vector<attention_sequence> sequences(lengths.size());
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    auto& seq = sequences[s];
+    seq.first_query = start[s];
+    seq.queries = lengths[s];
+    if (!parents.empty() && parents[s] >= 0) {  // the parent's keys first
+      auto p = static_cast<size_t>(parents[s]);
+      seq.keys.push_back({0, start[p] * kv_heads, kv_heads, 1, lengths[p]});
+    }
+    seq.keys.push_back({0, start[s] * kv_heads, kv_heads, 1, lengths[s]});
+  }
+  packed_attention_plan packed;
+  packed.plan = plan_attention(sequences, group, kv_heads, options, budget);
+  // Every token is a query once, so the output rows are a permutation of the tokens: its inverse.
+  auto tokens = packed.plan.rows.size(0);
+  packed.token_order = at::empty({tokens}, packed.plan.rows.options())
+                           .index_copy_(0, packed.plan.rows, at::arange(tokens, packed.plan.rows.options()));
+  return packed;
+}
+
+at::Tensor attend_packed(const packed_attention_plan& packed, const at::Tensor& q, const at::Tensor& k,
+                         const at::Tensor& v, double scale) {
+  auto head_dim = k.size(2);
+  auto out = attend_planned(packed.plan, q, {k.reshape({-1, head_dim}), at::Tensor{}},
+                            {v.reshape({-1, head_dim}), at::Tensor{}}, scale);
+  return out.index_select(0, packed.token_order);
 }
 
 }  // namespace areal::kernels::detail

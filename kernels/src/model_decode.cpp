@@ -5,6 +5,7 @@
 // kernels of cuda_decode.hpp (nine a layer instead of some forty). On the CPU
 // in float32 the decodes' attention and cache writes are cpu_kernels.hpp's loops.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -179,6 +180,37 @@ cpu_loop_rows rows_for_cpu_loops(const step_layout& step, const kv_cache& cache,
   return rows;
 }
 
+// The ATen path's plan for a step's prefill segments, pool fills and (with
+// `decodes`) single-token decodes: a slot's keys are its pool prefix (source 1,
+// the pool viewed as [kv_heads * pool_tokens, head_dim]) then its own rows
+// (source 0, the cache viewed as [slots * kv_heads * rows, head_dim]); a fill's
+// are its pool rows. The layers' caches share one shape, so one plan serves all.
+detail::attention_plan plan_step_attention(const step_layout& step, const kv_cache& cache, const step_input& input,
+                                           bool decodes, int64_t group, int64_t kv_heads,
+                                           const at::TensorOptions& options) {
+  auto rows = cache.rows(), pool = cache.pool_tokens();
+  std::vector<detail::attention_sequence> sequences;
+  auto slot_sequence = [&](int64_t slot, int64_t first, int64_t count) {
+    auto past = cache.length[static_cast<size_t>(slot)];
+    auto shared = cache.shared[static_cast<size_t>(slot)];
+    detail::attention_sequence s{first, count, {}};
+    if (shared > 0)
+      s.keys.push_back({1, cache.shared_at[static_cast<size_t>(slot)], 1, pool, shared});
+    s.keys.push_back({0, slot * kv_heads * rows + shared, 1, rows, past + count - shared});
+    sequences.push_back(std::move(s));
+  };
+  if (decodes)
+    for (size_t i = 0; i < step.decode_rows.size(); ++i)
+      slot_sequence(step.decode_slots[i], step.decode_rows[i], 1);
+  for (auto i : step.prefill_segments)
+    slot_sequence(input.slots[i], step.segment_start[i], input.counts[i]);
+  for (size_t f = 0; f < input.fills.size(); ++f) {
+    auto& fill = input.fills[f];
+    sequences.push_back({step.fill_start[f], fill.count, {{1, fill.at, 1, pool, fill.past + fill.count}}});
+  }
+  return detail::plan_attention(sequences, group, kv_heads, options.requires_grad(false));
+}
+
 }  // namespace
 
 at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input) const {
@@ -269,6 +301,7 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
   // tasks rotate q and k and write the cache themselves (decode_attention_args::append).
   bool append_in_attention = cpu_kernel && packed && step.decodes_only() && step.distinct_decodes &&
                              angles.cos.is_contiguous() && angles.sin.is_contiguous();
+  std::optional<detail::attention_plan> planned;  // ATen's path: made at the first layer, for all
   for (size_t l = 0; l < layers_.size(); ++l) {
     auto& layer = layers_[l];
     auto& ck = cache.keys[l];
@@ -304,16 +337,6 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
       append(cache.pool_keys[l], pool_rows, host_pool_rows, k, step.slot_tokens, total - step.slot_tokens);
       append(cache.pool_values[l], pool_rows, host_pool_rows, v, step.slot_tokens, total - step.slot_tokens);
     }
-    // A slot's context keys and values [kv_heads, upto, head_dim]: its pool prefix, then its own rows.
-    auto context = [&](int64_t slot, int64_t upto) {
-      auto n = cache.shared[static_cast<size_t>(slot)];
-      auto own_k = ck[slot].narrow(1, n, upto - n), own_v = cv[slot].narrow(1, n, upto - n);
-      if (n == 0)
-        return std::make_pair(own_k, own_v);
-      auto at = cache.shared_at[static_cast<size_t>(slot)];
-      return std::make_pair(at::cat({cache.pool_keys[l].narrow(1, at, n), own_k}, 1),
-                            at::cat({cache.pool_values[l].narrow(1, at, n), own_v}, 1));
-    };
     auto attn = at::empty({total, config_.num_attention_heads * d}, x.options());
     if (cpu_kernel) {
       auto qf = qkv;
@@ -354,8 +377,8 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
       if (!out.is_same(attn))
         attn.copy_(out);
     } else {
-      // Off the CPU loops: ATen's attention, the decodes at once where they can be,
-      // each prompt segment and pool fill on its own.
+      // Off the CPU loops: ATen's attention, the decodes at once in slot rows where
+      // they read no pool prefix, everything else in the buckets of one plan.
       if (batched_aten) {
         // Decodes out of slot order (beside prefills; the steady step is decode_steady):
         // queries gathered into slot rows [0, decode_range), all attended at once.
@@ -364,28 +387,18 @@ at::Tensor policy_model::forward_cached(kv_cache& cache, const step_input& input
         auto out = attend_decode_slots(qd.view({step.decode_range, kv_heads, group, d}), ck, cv, step.decode_len,
                                        decode_mask, scale);
         attn.index_copy_(0, decode_row_index, out.index_select(0, decode_slot_index).to(attn.scalar_type()));
-      } else {
-        // Decodes with pool prefixes off the fused path: one at a time.
-        for (size_t i = 0; i < step.decode_rows.size(); ++i) {
-          auto [keys, vals] = context(step.decode_slots[i], step.decode_lengths[i]);
-          auto qs = q.narrow(0, step.decode_rows[i], 1).view({1, kv_heads, group, d});
-          attn.narrow(0, step.decode_rows[i], 1)
-              .copy_(detail::attend(qs, keys, vals, step.decode_lengths[i] - 1, scale));
+      }
+      // The prefills, the pool fills and (beside pool prefixes) the decodes: one plan for every layer.
+      if (!planned)
+        planned = plan_step_attention(step, cache, input, !batched_aten, group, kv_heads, q.options());
+      if (!planned->buckets.empty()) {
+        std::array<at::Tensor, 2> keys{ck.view({-1, d}), {}}, values{cv.view({-1, d}), {}};
+        if (!cache.pool_keys.empty()) {
+          keys[1] = cache.pool_keys[l].view({-1, d});
+          values[1] = cache.pool_values[l].view({-1, d});
         }
-      }
-      for (auto i : step.prefill_segments) {
-        auto slot = input.slots[i], count = input.counts[i], start = step.segment_start[i];
-        auto past = cache.length[static_cast<size_t>(slot)];
-        auto qs = q.narrow(0, start, count).view({count, kv_heads, group, d});
-        auto [keys, vals] = context(slot, past + count);
-        attn.narrow(0, start, count).copy_(detail::attend(qs, keys, vals, past, scale));
-      }
-      for (size_t f = 0; f < input.fills.size(); ++f) {
-        auto& fill = input.fills[f];
-        auto qs = q.narrow(0, step.fill_start[f], fill.count).view({fill.count, kv_heads, group, d});
-        auto keys = cache.pool_keys[l].narrow(1, fill.at, fill.past + fill.count);
-        auto vals = cache.pool_values[l].narrow(1, fill.at, fill.past + fill.count);
-        attn.narrow(0, step.fill_start[f], fill.count).copy_(detail::attend(qs, keys, vals, fill.past, scale));
+        auto out = detail::attend_planned(*planned, q, keys, values, scale);
+        attn.index_copy_(0, planned->rows, out.to(attn.scalar_type()));
       }
     }
     if (packed) {

@@ -7,6 +7,8 @@
 #include <ATen/autocast_mode.h>
 #include <torch/version.h>
 
+#include <stdexcept>
+
 #define AREAL_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
@@ -40,6 +42,27 @@ inline void set_autocast(at::DeviceType device, autocast_setting s) {
     at::autocast::set_cpu_enabled(s.enabled);
     at::autocast::set_autocast_cpu_dtype(s.dtype);
   }
+#endif
+}
+
+/// Whether ATen has scaled_dot_product_attention with an explicit scale (2.1 on;
+/// AREAL_SDPA: CMake compiled a probe of the call below): its fused kernels
+/// (flash, memory-efficient) on a GPU, a math path elsewhere.
+#ifndef AREAL_SDPA
+#define AREAL_SDPA 0
+#endif
+constexpr bool has_sdpa = AREAL_SDPA;
+
+/// softmax(q k^T * scale + bias) v over the last two dimensions, in ATen's kernel
+/// where has_sdpa (else never called). q [n, h, L, d], k and v [n, h, S, d], bias
+/// [n or 1, 1, L, S], all of one dtype.
+inline at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& bias,
+                       double scale) {
+#if AREAL_SDPA
+  return at::scaled_dot_product_attention(q, k, v, bias, 0.0, false, scale);
+#else
+  (void)q, (void)k, (void)v, (void)bias, (void)scale;
+  throw std::logic_error("scaled_dot_product_attention needs LibTorch 2.1 or newer");
 #endif
 }
 
