@@ -19,6 +19,7 @@
 // Usage: bench_device [--device cpu|cuda[:N]] [--shape tiny|small|qwen2-0.5b]
 //        [--quick] [--json FILE] [--threads N]
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <fstream>
 #include <iomanip>
@@ -53,12 +54,12 @@ model_config shape_named(const std::string& name) {
   return c;
 }
 
-// ATen operator calls on this thread while one is alive (RecordFunction's
+// ATen operator calls on every thread while one is alive (RecordFunction's
 // callback, nested calls included): on a GPU most are a kernel launch each.
 class aten_call_counter {
  public:
   aten_call_counter()
-      : handle_(at::addThreadLocalCallback(
+      : handle_(at::addGlobalCallback(
             at::RecordFunctionCallback(&aten_call_counter::count).scopes({at::RecordScope::FUNCTION}))) {
     calls_ = 0;
   }
@@ -69,13 +70,12 @@ class aten_call_counter {
 
  private:
   static std::unique_ptr<at::ObserverContext> count(const at::RecordFunction&) {
-    ++calls_;
+    calls_.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
   }
-  static thread_local uint64_t calls_;
+  static inline std::atomic<uint64_t> calls_{0};
   at::CallbackHandle handle_;
 };
-thread_local uint64_t aten_call_counter::calls_ = 0;
 
 // (read + write) bytes per second of a device-to-device copy of `bytes`.
 double copy_bandwidth(const at::Device& device, int64_t bytes, int reps) {
@@ -441,8 +441,13 @@ int main(int argc, char** argv) {
       s.advantage = i % 2 ? 1.0 : -1.0;
       batch.push_back(std::move(s));
     }
-    t.ppo_update(batch);  // warm-up
-    synchronize(device);
+    uint64_t step_calls = 0;
+    {
+      aten_call_counter calls;
+      t.ppo_update(batch);  // warm-up, its ATen calls counted
+      synchronize(device);
+      step_calls = calls.calls();
+    }
     int steps = cli.quick ? 1 : 3;
     int64_t tokens = 0;
     auto start = clock_type::now();
@@ -455,8 +460,9 @@ int main(int argc, char** argv) {
     double rate = flops / seconds;
     std::cout << "(c) PPO step, " << count << " x (" << prompt << " + " << response << ") tokens: " << tokens / seconds
               << " trained tokens/s, " << rate / 1e12 << " model TFLOP/s = " << rate / bf16_gemm
-              << " of the bfloat16 GEMM rate\n";
+              << " of the bfloat16 GEMM rate; " << step_calls << " ATen calls a step\n";
     out["training"] = {{"trained_tokens_per_s", tokens / seconds},
+                       {"aten_calls_per_step", step_calls},
                        {"model_tflops", rate / 1e12},
                        {"fraction_of_bf16_gemm", rate / bf16_gemm}};
 
