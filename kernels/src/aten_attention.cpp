@@ -78,7 +78,7 @@ attention_plan plan_attention(const std::vector<attention_sequence>& sequences, 
       r.assign(static_cast<size_t>(n * kv_heads * keys), 0);
     std::vector<uint8_t> from_second(static_cast<size_t>(n * kv_heads * keys), 0);
     std::array<bool, 2> used{false, false};
-    std::vector<float> bias(static_cast<size_t>(n * queries * group * keys), -std::numeric_limits<float>::infinity());
+    std::vector<int64_t> last_key(static_cast<size_t>(n * queries), 0);  // the last key each query slot sees
     for (int64_t m = 0; m < n; ++m) {
       auto& s = sequences[order[first + static_cast<size_t>(m)]];
       int64_t j = 0;  // the sequence's key
@@ -102,9 +102,7 @@ attention_plan plan_attention(const std::vector<attention_sequence>& sequences, 
           rows.push_back(s.first_query + t);
         }
         // A real query sees keys 0 .. seen + t; a padding one key 0.
-        auto visible = real ? seen + t + 1 : 1;
-        for (int64_t g = 0; g < group; ++g)
-          std::fill_n(bias.begin() + ((m * queries + t) * group + g) * keys, visible, 0.0f);
+        last_key[static_cast<size_t>(m * queries + t)] = real ? seen + t : 0;
       }
     }
     b.query_rows = on_device(query_rows, options);
@@ -118,9 +116,16 @@ attention_plan plan_attention(const std::vector<attention_sequence>& sequences, 
               .ne(0)
               .view({n, kv_heads, keys, 1});
     b.real_slots = on_device(real_slots, options);
-    b.bias = at::tensor(bias, at::TensorOptions().dtype(at::kFloat))
-                 .view({n, 1, queries * group, keys})
-                 .to(options.device(), options.dtype().toScalarType());
+    // The mask made on the device from each slot's last key: made on the host it was
+    // n * queries * group * keys floats (0.75-2.3 s and 0.9 GB for 32 sequences of 1,024
+    // tokens at Qwen2-0.5B's heads), then copied over.
+    auto hidden = at::arange(keys, at::TensorOptions().dtype(at::kLong).device(options.device()))
+                      .view({1, 1, 1, keys})
+                      .gt(on_device(last_key, options).view({n, queries, 1, 1}));
+    b.bias = at::zeros({n, queries, 1, keys}, options)
+                 .masked_fill_(hidden, -std::numeric_limits<float>::infinity())
+                 .expand({n, queries, group, keys})
+                 .reshape({n, 1, queries * group, keys});
     plan.buckets.push_back(std::move(b));
     first = end;
   }
