@@ -346,3 +346,15 @@ TEST_CASE("ATen's planned attention reads a KV cache and a prompt pool as the en
     CHECK((in_order - expected).abs().max().item<double>() < 2e-6);
   }
 }
+
+TEST_CASE("the attention plan's buckets hold 16 M score elements on the CPU and 256 M on other devices") {
+  // 16 sequences of 1,024 tokens at Qwen2-0.5B's heads (group 7, 2 kv heads): 14.7 M scores each.
+  std::vector<int64_t> lengths(16, 1024);
+  auto on = [&](at::Device device) {
+    return areal::kernels::detail::plan_packed_attention(lengths, {}, 7, 2, at::TensorOptions().device(device))
+        .plan.buckets.size();
+  };
+  CHECK(on(at::kCPU) == 16u);
+  // The meta device (shapes without data) stands in for a GPU: the plan's tensors are made there.
+  CHECK(on(at::kMeta) == 1u);
+}

@@ -53,6 +53,8 @@ attention_plan plan_attention(const std::vector<attention_sequence>& sequences, 
       order.push_back(s);
   }
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return keys_of[a] > keys_of[b]; });
+  if (budget <= 0)
+    budget = options.device().is_cpu() ? int64_t{1} << 24 : int64_t{1} << 28;
   attention_plan plan;
   plan.kv_heads = kv_heads;
   std::vector<int64_t> rows;
