@@ -4,17 +4,23 @@
 // GPU takes and compare it with the CPU loops. Where CUDA is asked for and none
 // is present the program exits with 77: CTest reports the test as skipped.
 #define DOCTEST_CONFIG_IMPLEMENT
+#define XXH_INLINE_ALL  // XXH3 on the host: the reference of the device's chunk checksums
+#include <xxhash.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/grad_mode.h>  // at::NoGradGuard (LibTorch 2.x's ATen.h no longer brings it)
 #include <torch/cuda.h>
 
 #include "areal/kernels/device.hpp"
+#include "areal/kernels/device_checksums.hpp"
 #include "areal/kernels/engine.hpp"
 #include "areal/kernels/fused_layers.hpp"
 #include "areal/kernels/trainer.hpp"
@@ -368,6 +374,42 @@ TEST_CASE("replicas on devices of their own train the weights the model alone tr
   // Rounding: the sums' order differs, and AdamW's first steps magnify it (1.5e-4
   // on the CPU, where CPU replicas on threads give the same weights exactly).
   CHECK((spread - alone).norm().item<double>() / moved <= 1e-3);
+}
+
+TEST_CASE("the weight chunks' checksums computed on the device are XXH3-64 of their bytes") {
+  auto options = tensor_options(device_name(), "float32");
+  if (!options.device().is_cuda()) {
+    CHECK_THROWS_AS(chunk_checksums_on_device(at::zeros({1024}, at::kByte), 256), std::invalid_argument);
+    MESSAGE(
+        "the CPU: the weight chunks' checksums on a GPU not checked (their two passes are checked against "
+        "XXH3 on the host by test_weight_transport)");
+    return;
+  }
+  auto check = [&](const at::Tensor& host, uint64_t chunk_bytes, const at::Tensor& on_device) {
+    CAPTURE(host.numel());
+    CAPTURE(chunk_bytes);
+    auto sums = chunk_checksums_on_device(on_device, chunk_bytes).cpu();
+    uint64_t total = static_cast<uint64_t>(host.numel()), chunks = (total + chunk_bytes - 1) / chunk_bytes;
+    REQUIRE(static_cast<uint64_t>(sums.numel()) == chunks);
+    for (uint64_t c = 0; c < chunks; ++c) {
+      CAPTURE(c);
+      auto size = std::min(chunk_bytes, total - c * chunk_bytes);
+      CHECK(static_cast<uint64_t>(sums[static_cast<int64_t>(c)].item<int64_t>()) ==
+            XXH3_64bits(host.data_ptr<uint8_t>() + c * chunk_bytes, size));
+    }
+  };
+  at::manual_seed(5);
+  uint64_t mib = uint64_t{1} << 20;
+  // Chunks of the real size with a long tail, a tail of 240 bytes or less (hashed on the host), one short
+  // chunk, none, and bytes that start off an 8-byte boundary (hashed on the host too).
+  for (auto [total, chunk] : std::vector<std::pair<uint64_t, uint64_t>>{
+           {3 * 4 * mib + 1000, 4 * mib}, {10000, 4096}, {8192 + 100, 4096}, {100, 4096}, {0, 4096}, {64 * mib, mib}}) {
+    auto host = at::randint(0, 256, {static_cast<int64_t>(total)}, at::kByte);
+    check(host, chunk, host.to(options.device()));
+  }
+  auto host = at::randint(0, 256, {50001}, at::kByte);
+  auto shifted = host.to(options.device()).narrow(0, 1, 50000);
+  check(host.narrow(0, 1, 50000).contiguous(), 4096, shifted);
 }
 
 int main(int argc, char** argv) {
