@@ -18,6 +18,7 @@
 #include "areal/actors/weight_transport.hpp"
 #include "areal/runtime/failpoints.hpp"
 #include "bulk_link.hpp"
+#include "nccl_link.hpp"
 #include "skip_case.hpp"
 
 #include <xxhash.h>
@@ -414,4 +415,26 @@ TEST_CASE("a version's chunk checksums are computed once for all the links that 
   std::vector<unsigned char> c(4096, 3);
   for (uint64_t i = 0; i < 64; ++i)
     CHECK(sums.get(i, c.data(), c.size()) == got_a[i]);
+}
+
+TEST_CASE("checksums computed on a GPU are recorded for the links and fetches after it, never over one known") {
+  std::vector<unsigned char> bytes(4096, 1);
+  chunk_sums sums(2);
+  sums.put(0, 42);  // the GPU's value: later readers take it, their bytes are not hashed
+  CHECK(sums.get(0, bytes.data(), bytes.size()) == 42);
+  auto hashed = sums.get(1, bytes.data(), bytes.size());
+  sums.put(1, 7);  // known already: kept
+  CHECK(sums.get(1, bytes.data(), bytes.size()) == hashed);
+}
+
+TEST_CASE("the trainer keeps the versions it publishes on its GPU only where NCCL links send them from there") {
+  CHECK(published_device(weight_backend::gloo, "cuda:1") == "cpu");
+  CHECK(published_device(weight_backend::caf, "cuda") == "cpu");
+  CHECK(published_device(weight_backend::nccl, "cpu") == "cpu");
+  CHECK(published_device(weight_backend::nccl, "cuda:1") ==
+        (weight_backend_available(weight_backend::nccl) ? "cuda:1" : "cpu"));
+  // The NCCL link's GPU: the device's index, the first GPU for "cuda" or a device that is not one.
+  CHECK(gpu_of("cuda:1") == 1);
+  CHECK(gpu_of("cuda") == 0);
+  CHECK(gpu_of("cpu") == 0);
 }

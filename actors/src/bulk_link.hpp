@@ -49,6 +49,16 @@ class chunk_sums {
     }
     return sums_[i].load(std::memory_order_relaxed);
   }
+  /// Records the checksum of chunk `i` computed elsewhere (on the GPU that holds the version), unless
+  /// it is known or being computed already (the same value).
+  void put(uint64_t i, uint64_t sum) {
+    int expected = 0;
+    if (state_[i].compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+      sums_[i].store(sum, std::memory_order_relaxed);
+      state_[i].store(2, std::memory_order_release);
+    }
+  }
+
  private:
   std::unique_ptr<std::atomic<int>[]> state_;  // 0 not hashed, 1 being hashed, 2 hashed
   std::unique_ptr<std::atomic<uint64_t>[]> sums_;
@@ -68,11 +78,15 @@ class bulk_link {
  public:
   virtual ~bulk_link() = default;
   virtual const char* backend() const = 0;
+  /// Whether the link sends from and receives into GPU memory as it is (NCCL); other links are given
+  /// bytes in host memory.
+  virtual bool reads_device_memory() const { return false; }
   /// Sends `m.version` from `bytes` (a contiguous byte tensor) with the checksums `sums` (of
-  /// m.chunk_count() chunks), or the header -1 when bytes is null.
+  /// m.chunk_count() chunks), or the header -1 when bytes is null. `tamper` only with bytes in host memory.
   virtual void send_version(const weight_manifest& m, const at::Tensor* bytes, chunk_sums* sums,
                             const chunk_tamper& tamper) = 0;
-  /// Receives into `buffer` (m.total_bytes bytes). False when the sender sent another version
+  /// Receives into `buffer` (m.total_bytes bytes; in GPU memory only where reads_device_memory()).
+  /// False when the sender sent another version
   /// (the one asked for was replaced); damaged chunks are listed in `bad`.
   virtual bool receive_version(const weight_manifest& m, at::Tensor& buffer, std::vector<uint64_t>& bad) = 0;
 };

@@ -222,6 +222,7 @@ weight_subscriber_setup rollout_subscription(const run_config& c, const node_spe
     ws.sinks.push_back(caf::actor_cast<caf::actor>(r));
   ws.expected_bytes = model_bytes;
   ws.device_host = self.host;
+  ws.device = node_devices(c, self).front();            // the rollout workers' (first) device
   ws.allow_bulk = c.cluster.weight_transport != "caf";  // else take the bulk link the publisher offers
   ws.timeout = std::chrono::milliseconds(c.cluster.transfer_timeout_ms);
   return ws;

@@ -10,9 +10,11 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstring>
 #include <thread>
 
+#include "areal/kernels/device_checksums.hpp"
 #include "areal/messages/codec.hpp"
 
 namespace areal {
@@ -48,10 +50,15 @@ ncclUniqueId from_hex(const std::string& hex) {
   return id;
 }
 
+// Chunks of a version per NCCL group: each chunk is two operations (its bytes, its checksum), and a
+// group is enqueued as one launch.
+constexpr uint64_t chunks_per_group = 64;
+
 class nccl_link final : public bulk_link {
  public:
-  nccl_link(const ncclUniqueId& id, int rank, std::chrono::milliseconds timeout) : rank_(rank), timeout_(timeout) {
-    check_cuda(cudaSetDevice(0), "cudaSetDevice");
+  nccl_link(const ncclUniqueId& id, int rank, int gpu, std::chrono::milliseconds timeout)
+      : rank_(rank), gpu_(gpu), timeout_(timeout) {
+    check_cuda(cudaSetDevice(gpu_), "cudaSetDevice");
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     // Non-blocking initialisation, so that a peer that never comes is a timeout, not a hang.
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -70,13 +77,21 @@ class nccl_link final : public bulk_link {
   }
 
   const char* backend() const override { return "nccl"; }
+  bool reads_device_memory() const override { return true; }
 
   void send_version(const weight_manifest& m, const at::Tensor* bytes, chunk_sums* sums,
                     const chunk_tamper& tamper) override {
+    on_gpu();
     int64_t header = bytes ? m.version : -1;
     send(&header, sizeof(header));
     if (!bytes)
       return;
+    if (bytes->is_cuda()) {
+      if (tamper)
+        throw std::logic_error("NCCL link: the tamper hook needs the version in host memory");
+      send_from_gpu(m, *bytes, *sums);
+      return;
+    }
     auto* data = static_cast<const char*>(bytes->data_ptr());
     for (uint64_t i = 0; i < m.chunk_count(); ++i) {
       auto [first, size] = chunk_range(m, i);
@@ -93,10 +108,15 @@ class nccl_link final : public bulk_link {
   }
 
   bool receive_version(const weight_manifest& m, at::Tensor& buffer, std::vector<uint64_t>& bad) override {
+    on_gpu();
     int64_t header = 0;
     recv(&header, sizeof(header));
     if (header != m.version)
       return false;
+    if (buffer.is_cuda()) {
+      receive_into_gpu(m, buffer, bad);
+      return true;
+    }
     auto* data = static_cast<char*>(buffer.data_ptr());
     for (uint64_t i = 0; i < m.chunk_count(); ++i) {
       auto [first, size] = chunk_range(m, i);
@@ -156,6 +176,65 @@ class nccl_link final : public bulk_link {
     }
   }
 
+  // The link's calls come from whichever thread runs its actor: each sets the communicator's GPU.
+  void on_gpu() { check_cuda(cudaSetDevice(gpu_), "cudaSetDevice"); }
+
+  void require_on_link_gpu(const at::Tensor& t) const {
+    if (t.device().index() != gpu_)
+      throw std::runtime_error("NCCL link: a version on GPU " + std::to_string(t.device().index()) +
+                               " given to the link of GPU " + std::to_string(gpu_));
+  }
+
+  static uint64_t checksum_chunk_bytes(const weight_manifest& m) {
+    return std::max<uint64_t>(1, chunk_range(m, 0).second);
+  }
+
+  // Chunks [first, last) as one NCCL group: each chunk's bytes at `data`, then its checksum (8 bytes at
+  // `checksums`), sent or received in the order the other side, grouped or not, goes through them.
+  template <typename op>
+  void grouped_chunks(const weight_manifest& m, char* data, int64_t* checksums, op transfer, const char* what) {
+    for (uint64_t first = 0; first < m.chunk_count(); first += chunks_per_group) {
+      uint64_t last = std::min(m.chunk_count(), first + chunks_per_group);
+      check_nccl(ncclGroupStart(), "ncclGroupStart");
+      for (uint64_t i = first; i < last; ++i) {
+        auto [offset, size] = chunk_range(m, i);
+        check_nccl(transfer(data + offset, size), what);
+        check_nccl(transfer(checksums + i, sizeof(int64_t)), what);
+      }
+      check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+      await_comm(what);  // the group is enqueued before the next one starts
+    }
+    await_stream(what);
+  }
+
+  // From the trainer's GPU buffer: no copy to the host. The checksums are computed on the GPU (one pass
+  // over the version) and recorded for the CAF path's repairs. Reading them back waits for the stream
+  // that made them, which wrote the version before (the snapshot's copy): NCCL's own stream sends
+  // complete bytes.
+  void send_from_gpu(const weight_manifest& m, const at::Tensor& bytes, chunk_sums& sums) {
+    require_on_link_gpu(bytes);
+    auto checksums = kernels::chunk_checksums_on_device(bytes.view(-1), checksum_chunk_bytes(m));
+    auto on_host = checksums.cpu();
+    for (uint64_t i = 0; i < m.chunk_count(); ++i)
+      sums.put(i, static_cast<uint64_t>(on_host[static_cast<int64_t>(i)].item<int64_t>()));
+    grouped_chunks(
+        m, static_cast<char*>(bytes.data_ptr()), checksums.data_ptr<int64_t>(),
+        [this](void* p, size_t n) { return ncclSend(p, n, ncclUint8, 1 - rank_, comm_, stream_); }, "ncclSend");
+  }
+
+  // Into the rollout node's GPU buffer; its checksums computed there once every chunk is in.
+  void receive_into_gpu(const weight_manifest& m, at::Tensor& buffer, std::vector<uint64_t>& bad) {
+    require_on_link_gpu(buffer);
+    auto sent = at::empty({static_cast<int64_t>(m.chunk_count())}, buffer.options().dtype(at::kLong));
+    grouped_chunks(
+        m, static_cast<char*>(buffer.data_ptr()), sent.data_ptr<int64_t>(),
+        [this](void* p, size_t n) { return ncclRecv(p, n, ncclUint8, 1 - rank_, comm_, stream_); }, "ncclRecv");
+    auto computed = kernels::chunk_checksums_on_device(buffer.view(-1), checksum_chunk_bytes(m));
+    auto differ = computed.ne(sent).nonzero().cpu();
+    for (int64_t k = 0; k < differ.size(0); ++k)
+      bad.push_back(static_cast<uint64_t>(differ[k][0].item<int64_t>()));
+  }
+
   void send(const void* host, size_t bytes) {
     reserve(bytes);
     check_cuda(cudaMemcpyAsync(staging_, host, bytes, cudaMemcpyHostToDevice, stream_), "copy to the GPU");
@@ -171,6 +250,7 @@ class nccl_link final : public bulk_link {
   }
 
   int rank_;
+  int gpu_;
   std::chrono::milliseconds timeout_;
   cudaStream_t stream_ = nullptr;
   ncclComm_t comm_ = nullptr;
@@ -193,9 +273,9 @@ std::string nccl_unique_id() {
   return to_hex(id);
 }
 
-std::unique_ptr<bulk_link> make_nccl_link(const std::string& unique_id_hex, int rank,
+std::unique_ptr<bulk_link> make_nccl_link(const std::string& unique_id_hex, int rank, int gpu,
                                           std::chrono::milliseconds timeout) {
-  return std::make_unique<nccl_link>(from_hex(unique_id_hex), rank, timeout);
+  return std::make_unique<nccl_link>(from_hex(unique_id_hex), rank, gpu, timeout);
 }
 
 }  // namespace areal
@@ -218,7 +298,7 @@ std::string nccl_unique_id() {
   throw std::runtime_error(missing);
 }
 
-std::unique_ptr<bulk_link> make_nccl_link(const std::string&, int, std::chrono::milliseconds) {
+std::unique_ptr<bulk_link> make_nccl_link(const std::string&, int, int, std::chrono::milliseconds) {
   throw std::runtime_error(missing);
 }
 

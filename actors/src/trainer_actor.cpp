@@ -3,6 +3,7 @@
 #include "areal/actors/trainer_actor.hpp"
 #include "areal/actors/exception_guard.hpp"
 #include "areal/kernels/compute_threads.hpp"
+#include "areal/kernels/device.hpp"
 
 #include "areal/actors/run_checkpoint.hpp"
 
@@ -47,15 +48,18 @@ local_weights current_weights(trainer_pointer self) {
   auto& st = self->state;
   if (!st.snapshot) {
     tracer::scope span{st.setup.trace.get(), "trainer", "weight sync"};
-    // For a publisher in host memory: its links send host bytes, and an engine
-    // copies them onto its own device. Without one every reader is in this
-    // process (the rollout workers, the evaluator) and copies the snapshot into
-    // a model of its own: it stays on the model's device, so that on GPUs the
-    // version moves device to device (no round trip through the host), at the
-    // cost of a second copy of the weights there.
+    // Without a publisher every reader is in this process (the rollout workers,
+    // the evaluator) and copies the snapshot into a model of its own: it stays
+    // on the model's device, so that on GPUs the version moves device to device
+    // (no round trip through the host), at the cost of a second copy of the
+    // weights there. With one, where its links read it: on the model's GPU
+    // for NCCL links, else in host memory (an engine copies it onto its own
+    // device). A snapshot on a GPU is complete before any link reads it.
     auto& flat = st.setup.model->flat();
-    auto device = st.setup.publisher ? at::Device(at::kCPU) : flat.device();
+    auto device = st.setup.publisher ? at::Device(st.setup.publish_device) : flat.device();
     st.snapshot = std::make_shared<const at::Tensor>(flat.detach().to(flat.options().device(device), false, true));
+    if (st.setup.publisher && device.is_cuda())
+      kernels::synchronize(device);
   }
   return {st.trainer->policy_version(), st.snapshot};
 }

@@ -14,6 +14,7 @@
 #include "areal/actors/trainer_actor.hpp"
 #include "areal/actors/weight_transport.hpp"
 #include "areal/kernels/compute_threads.hpp"
+#include "areal/kernels/device.hpp"
 #include "areal/kernels/trainer.hpp"
 #include "areal/runtime/log.hpp"
 #include "job_parts.hpp"
@@ -33,19 +34,23 @@ trainer_side spawn_trainer_side(caf::actor_system& sys, const run_config& c, con
                                 const trainer_side_setup& s) {
   auto& rl = c.rl;
   trainer_side side;
+  std::string publish_device = "cpu";
   if (s.publish) {
     weight_publisher_setup ps;
     ps.name = s.node.name;
     ps.backend = *parse_weight_backend(c.cluster.weight_transport);
     ps.host = s.node.host;
+    ps.device = publish_device = published_device(ps.backend, m.policy->flat().device().str());
     ps.chunk_bytes = c.cluster.weight_chunk_bytes;
     ps.timeout = std::chrono::milliseconds(c.cluster.transfer_timeout_ms);
     side.publisher = spawn_weight_publisher(sys, ps);
     // The current weights first, for the nodes that join.
     caf::scoped_actor boot{sys};
-    auto& flat = m.policy->flat();  // a host copy, as every published version (trainer_actor.cpp)
-    local_weights initial{s.initial_version, std::make_shared<const at::Tensor>(
-                                                 flat.detach().to(flat.options().device(at::kCPU), false, true))};
+    auto& flat = m.policy->flat();  // a copy where every published version lies (trainer_actor.cpp)
+    local_weights initial{s.initial_version, std::make_shared<const at::Tensor>(flat.detach().to(
+                                                 flat.options().device(at::Device(ps.device)), false, true))};
+    if (at::Device(ps.device).is_cuda())
+      kernels::synchronize(at::Device(ps.device));
     auto failed = [](caf::error& err) { spdlog::warn("weight publisher: {}", describe(err)); };
     boot->request(side.publisher, ps.timeout, publish_atom::value, initial)
         .receive([](std::vector<weight_delivery>&) {}, failed);
@@ -85,6 +90,7 @@ trainer_side spawn_trainer_side(caf::actor_system& sys, const run_config& c, con
   ts.trace = s.trace;
   ts.evaluator = side.evaluator;
   ts.publisher = side.publisher;
+  ts.publish_device = publish_device;
   if (!side.publisher)
     ts.rollouts = s.rollouts;
   ts.publish_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.cluster.request_timeout_s * 1000));

@@ -72,21 +72,62 @@ const char* bytes_of(const at::Tensor& t) {
   return static_cast<const char*>(t.data_ptr());
 }
 
+}  // namespace
+
+std::string published_device(weight_backend backend, const std::string& model_device) {
+  bool gpu = at::Device(model_device).is_cuda();
+  return gpu && backend == weight_backend::nccl && weight_backend_available(backend) ? model_device : "cpu";
+}
+
+int gpu_of(const std::string& device) {
+  at::Device d(device);
+  return d.is_cuda() && d.has_index() ? d.index() : 0;
+}
+
+namespace {
+
 // -- publisher ----------------------------------------------------------------
+
+// A held version as the links read it: its bytes where the trainer published them (on its GPU for
+// NCCL links, else in host memory), a host copy made once when the first link or fetch that needs one
+// asks (a version on a GPU that only NCCL links send is never copied), and the sender's checksums,
+// shared by every link and the CAF path.
+class version_bytes {
+ public:
+  version_bytes(at::Tensor published, uint64_t chunks) : published_(std::move(published)), sums_(chunks) {}
+  const at::Tensor& published() const { return published_; }
+  const at::Tensor& in_host_memory() {
+    if (published_.is_cpu())
+      return published_;
+    std::call_once(copied_, [this] { host_ = published_.cpu(); });
+    return host_;
+  }
+  /// What a link sends: the bytes as published where it reads GPU memory, else the host copy.
+  const at::Tensor& for_link(const bulk_link& link, bool tampered) {
+    return link.reads_device_memory() && !tampered ? published_ : in_host_memory();
+  }
+  chunk_sums& sums() { return sums_; }
+
+ private:
+  at::Tensor published_;  // uint8, one dimension
+  std::once_flag copied_;
+  at::Tensor host_;
+  chunk_sums sums_;
+};
 
 struct held_version {
   local_weights weights;
   weight_manifest manifest;
   packed<weight_manifest> packed_manifest;
-  std::shared_ptr<chunk_sums> sums;  // the sender's checksums, shared by every link and the CAF path
+  std::shared_ptr<version_bytes> bytes;
 };
 
-// The checksums of the versions held, by version, for the bulk senders (each on a thread of its own).
-struct held_sums {
+// The versions held, by version, for the bulk senders (each on a thread of its own).
+struct held_bytes {
   std::mutex mutex;
-  std::map<int64_t, std::shared_ptr<chunk_sums>> by_version;
+  std::map<int64_t, std::shared_ptr<version_bytes>> by_version;
 
-  std::shared_ptr<chunk_sums> find(int64_t version) {
+  std::shared_ptr<version_bytes> find(int64_t version) {
     std::lock_guard<std::mutex> lock(mutex);
     auto it = by_version.find(version);
     return it == by_version.end() ? nullptr : it->second;
@@ -109,7 +150,7 @@ struct publisher_state {
   static inline const char* name = "areal.weight_publisher";
   weight_publisher_setup setup;
   std::deque<held_version> held;                                    // the newest two versions, oldest first
-  std::shared_ptr<held_sums> sums = std::make_shared<held_sums>();  // their checksums
+  std::shared_ptr<held_bytes> bytes = std::make_shared<held_bytes>();  // their bytes and checksums, for the links
   std::map<std::string, subscriber_entry> subscribers;
   std::map<int64_t, pending_publish> pending;  // by version
   caf::actor watcher;  // told each subscriber's report as it comes (the controller: admission per node)
@@ -181,7 +222,7 @@ void record(publisher_pointer self, const weight_delivery& report) {
 // deadline passes).
 bulk_sender_actor::behavior_type bulk_sender(bulk_sender_actor::pointer self,
                                              std::function<std::shared_ptr<bulk_link>()> open, chunk_tamper tamper,
-                                             std::shared_ptr<held_sums> held) {
+                                             std::shared_ptr<held_bytes> held) {
   std::shared_ptr<bulk_link> link;
   try {
     link = open();
@@ -195,14 +236,14 @@ bulk_sender_actor::behavior_type bulk_sender(bulk_sender_actor::pointer self,
         if (!link)
           return caf::make_error(caf::sec::runtime_error, "weight publisher: the bulk link did not open");
         try {
-          auto sums = w.flat ? held->find(w.version) : nullptr;
-          if (!sums) {  // no longer held
+          auto version = w.flat ? held->find(w.version) : nullptr;
+          if (!version) {  // no longer held
             weight_manifest none;
             link->send_version(none, nullptr, nullptr, tamper);
             return false;
           }
-          auto bytes = w.flat->view(-1).view(at::kByte);
-          link->send_version(*unpack(packed_manifest), &bytes, sums.get(), tamper);
+          auto& bytes = version->for_link(*link, static_cast<bool>(tamper));
+          link->send_version(*unpack(packed_manifest), &bytes, &version->sums(), tamper);
           return true;
         } catch (const std::exception& e) {
           spdlog::warn("weight publisher: {}", e.what());
@@ -225,15 +266,15 @@ caf::result<std::vector<weight_delivery>> publish(publisher_pointer self, local_
   if (!packed_manifest)
     return packed_manifest.error();
   h.packed_manifest = std::move(*packed_manifest);
-  h.sums = std::make_shared<chunk_sums>(h.manifest.chunk_count());
+  h.bytes = std::make_shared<version_bytes>(w.flat->view(-1).view(at::kByte), h.manifest.chunk_count());
   st.held.push_back(h);
   while (st.held.size() > 2)
     st.held.pop_front();
   {
-    std::lock_guard<std::mutex> lock(st.sums->mutex);
-    st.sums->by_version.clear();
+    std::lock_guard<std::mutex> lock(st.bytes->mutex);
+    st.bytes->by_version.clear();
     for (auto& kept : st.held)
-      st.sums->by_version[kept.weights.version] = kept.sums;
+      st.bytes->by_version[kept.weights.version] = kept.bytes;
   }
   auto promise = self->make_response_promise<std::vector<weight_delivery>>();
   auto& p = st.pending[w.version];
@@ -305,10 +346,12 @@ weight_publisher_actor::behavior_type publisher_behavior(publisher_pointer self,
             if (!gloo) {
               try {
                 auto id = nccl_unique_id();  // throws in a build without NCCL, or on a node without a GPU
-                open = [id, timeout = st.setup.timeout] { return make_nccl_link(id, 0, timeout); };
+                open = [id, gpu = gpu_of(st.setup.device), timeout = st.setup.timeout] {
+                  return make_nccl_link(id, 0, gpu, timeout);
+                };
                 link = "nccl " + id;
               } catch (const std::exception& e) {
-                // The weights are in host memory here: Gloo is the fast path for them.
+                // No GPU here, so the weights are in host memory: Gloo is the fast path for them.
                 spdlog::warn("weight publisher: {}; weights travel over Gloo", e.what());
                 gloo = true;
               }
@@ -324,7 +367,7 @@ weight_publisher_actor::behavior_type publisher_behavior(publisher_pointer self,
               secret = st.rendezvous->secret();
             }
             // Linked: it ends with the publisher (it ends itself normally on a link failure).
-            entry.bulk_sender = self->spawn<caf::detached + caf::linked>(bulk_sender, open, st.setup.tamper, st.sums);
+            entry.bulk_sender = self->spawn<caf::detached + caf::linked>(bulk_sender, open, st.setup.tamper, st.bytes);
           } catch (const std::exception& e) {
             st.bulk_failed = true;
             link = "caf";
@@ -354,8 +397,8 @@ weight_publisher_actor::behavior_type publisher_behavior(publisher_pointer self,
         if (chunk >= h->manifest.chunk_count())
           return caf::make_error(caf::sec::invalid_argument, "no chunk " + std::to_string(chunk));
         auto [first, size] = chunk_range(h->manifest, chunk);
-        auto* data = bytes_of(*h->weights.flat) + first;
-        auto sum = h->sums->get(chunk, data, size);
+        auto* data = bytes_of(h->bytes->in_host_memory()) + first;
+        auto sum = h->bytes->sums().get(chunk, data, size);
         std::string bytes(data, size);
         if (st.setup.tamper)
           st.setup.tamper(version, chunk, bytes);

@@ -112,7 +112,8 @@ void fetch_chunk(subscriber_pointer self, std::shared_ptr<caf_transfer> t, uint6
               return;
             }
             auto [first, size] = chunk_range(t->manifest, i);
-            std::memcpy(static_cast<char*>(t->buffer.data_ptr()) + first, bytes.data(), size);
+            auto chunk = at::from_blob(bytes.data(), {static_cast<int64_t>(size)}, at::kByte);
+            t->buffer.narrow(0, static_cast<int64_t>(first), static_cast<int64_t>(size)).copy_(chunk);
             t->received++;
             request_chunks(self, t);
           },
@@ -159,6 +160,13 @@ bool receive_over_link(subscriber_pointer self, const weight_manifest& m, at::Te
   }
 }
 
+// Where a version is received: the configured GPU when the link reads GPU memory (NCCL), else host
+// memory (the Gloo link's and the CAF chunks' bytes are there).
+at::Device receive_device(const subscriber_state& st) {
+  at::Device configured(st.setup.device);
+  return configured.is_cuda() && st.link && st.link->reads_device_memory() ? configured : at::Device(at::kCPU);
+}
+
 void start_version(subscriber_pointer self, const weight_manifest& m) {
   auto& st = self->state;
   if (st.setup.expected_bytes != 0 && m.total_bytes != st.setup.expected_bytes) {
@@ -172,10 +180,12 @@ void start_version(subscriber_pointer self, const weight_manifest& m) {
   t->started = clock_type::now();
   // The previous version's buffer is reused when nobody holds it any more
   // (fresh pages cost a page fault each as the bytes arrive).
-  if (st.last && st.last.use_count() == 1 && static_cast<uint64_t>(st.last->nbytes()) == m.total_bytes)
+  auto where = receive_device(st);
+  if (st.last && st.last.use_count() == 1 && static_cast<uint64_t>(st.last->nbytes()) == m.total_bytes &&
+      st.last->device() == where)
     t->buffer = st.last->view(at::kByte);
   else
-    t->buffer = at::empty({static_cast<int64_t>(m.total_bytes)}, at::kByte);
+    t->buffer = at::empty({static_cast<int64_t>(m.total_bytes)}, at::TensorOptions(at::kByte).device(where));
   st.last.reset();
   if (st.link) {
     std::vector<uint64_t> bad;
@@ -243,7 +253,7 @@ weight_subscriber_actor::behavior_type subscriber_behavior(subscriber_pointer se
                                                      static_cast<uint16_t>(std::stoi(endpoint.substr(colon + 1))),
                                                      secret, prefix, s.setup.device_host, s.setup.timeout);
               } else if (kind == "nccl" && s.setup.allow_bulk) {
-                s.link = make_nccl_link(endpoint, 1, s.setup.timeout);
+                s.link = make_nccl_link(endpoint, 1, gpu_of(s.setup.device), s.setup.timeout);
               }
             } catch (const std::exception& e) {
               spdlog::warn("weights: {}; fetching over CAF", e.what());

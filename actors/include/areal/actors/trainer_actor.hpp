@@ -34,6 +34,9 @@ struct trainer_setup {
   /// Where each new version goes: the publisher (local workers by pointer,
   /// remote nodes in bulk), or without one straight to `rollouts`.
   weight_publisher_actor publisher;
+  /// Where the versions handed to the publisher lie: its setup's `device` (the model's GPU where
+  /// NCCL links send them, else host memory).
+  std::string publish_device = "cpu";
   std::vector<rollout_actor> rollouts;
   std::chrono::milliseconds publish_timeout{600000};
   evaluator_actor evaluator;  // optional: answers eval_atom

@@ -3,9 +3,11 @@
 // plane (manifest, requests, reports); the bytes go
 //   in-process  by pointer (the trainer's immutable snapshot),
 //   gloo        over a point-to-point c10d ProcessGroupGloo link per subscriber,
-//   nccl        over a two-rank NCCL communicator per subscriber, through GPU
-//               staging buffers (builds that found CUDA and NCCL; the unique id
-//               travels in the subscribe reply),
+//   nccl        over a two-rank NCCL communicator per subscriber (builds that
+//               found CUDA and NCCL; the unique id travels in the subscribe
+//               reply): from the trainer's GPU into the rollout node's GPU as
+//               the versions lie there, or through GPU staging buffers for
+//               versions in host memory,
 //   caf         as chunk replies (the fallback, and the repair path of every backend).
 // Every version is chunked, and every chunk travels with the XXH3-64 of its
 // bytes, computed by the sender as it sends: the receiver checks each one and fetches a damaged chunk again (once; a
@@ -41,6 +43,9 @@ struct weight_publisher_setup {
   std::string name = "trainer";                   // this node, in reports and traces
   weight_backend backend = weight_backend::gloo;  // offered to remote subscribers
   std::string host = "127.0.0.1";                 // where the Gloo rendezvous and links listen
+  /// Where the published versions lie (the trainer's model's device, "cpu" or "cuda:N"): a GPU's
+  /// versions go out over NCCL links as they lie; Gloo links and CAF fetches read a host copy.
+  std::string device = "cpu";
   uint64_t chunk_bytes = uint64_t{4} << 20;       // transfer chunk size
   std::chrono::milliseconds timeout{60000};       // per version and subscriber
   std::vector<tensor_entry> tensors;              // the manifest's layout of the buffer (may be empty)
@@ -51,6 +56,11 @@ struct weight_publisher_setup {
 
 weight_publisher_actor spawn_weight_publisher(caf::actor_system& sys, weight_publisher_setup setup);
 
+/// Where a trainer on `model_device` keeps the versions it publishes over `backend`
+/// (weight_publisher_setup::device): on its GPU where NCCL links can send them from there (the
+/// backend is nccl, this build has NCCL and the process sees a GPU), else in host memory ("cpu").
+std::string published_device(weight_backend backend, const std::string& model_device);
+
 struct weight_subscriber_setup {
   std::string node;                       // this node's name, as the publisher reports it
   caf::actor publisher;                   // a weight_publisher_actor, usually remote
@@ -58,6 +68,9 @@ struct weight_subscriber_setup {
   weights_listener_actor listener;        // optional: gets (weights_atom, version, error) after each version
   uint64_t expected_bytes = 0;            // the local model's buffer size; 0: accept any
   std::string device_host = "127.0.0.1";  // this node's address for the Gloo link
+  /// Where received versions are kept: on a GPU ("cuda:N") an NCCL link receives into GPU memory and
+  /// the rollout workers copy from there device to device; otherwise host memory.
+  std::string device = "cpu";
   bool allow_bulk = true;                 // false: always fetch over CAF, whatever link is offered
   std::chrono::milliseconds timeout{60000};
 };
