@@ -1,7 +1,7 @@
 // bench_weight_sync: how fast a new weight version reaches the rollout nodes.
 // One publisher (the trainer's node) and one or two subscribers, each in an
 // actor system of its own connected over loopback TCP as separate nodes are.
-// Rows: the weight transport over Gloo links (and NCCL where a GPU is), over CAF chunk messages, and
+// Rows: the weight transport over Gloo links (and NCCL, host-staged, where a GPU is), over CAF chunk messages, and
 // in-process sharing (a pointer; its figure is the cost of the hand-over), each
 // against the raw loopback TCP ceiling (plain sockets, one sending thread per
 // receiver, no checksums) measured alternately with it: each transfer of a path
@@ -15,7 +15,9 @@
 // buffers do. With glibc's defaults every 64 MiB version was a fresh mapping,
 // and on the development VM the first send from fresh pages cost ~0.1 s per
 // 64 MiB in the kernel's copy (every transport 0.13-0.23 of the ceiling, Gloo
-// and a plain TCP link alike; 0.65 from reused blocks).
+// and a plain TCP link alike; 0.65 from reused blocks). With two or more GPUs,
+// `nccl-gpu` rows: a version on GPU 0 over NCCL into the GPUs of one or two
+// receivers, against a device-to-device copy to the same GPUs (paired alike).
 //   bench_weight_sync [--quick] [--json FILE]
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -43,6 +45,7 @@
 
 #include "areal/kernels/allocator.hpp"
 #include "areal/kernels/compute_threads.hpp"
+#include "areal/kernels/device.hpp"
 #include "areal/runtime/cpus.hpp"
 
 using namespace areal;
@@ -144,13 +147,16 @@ struct node_system {
 // stderr). The constructor runs a warm-up transfer, which also puts the
 // subscriptions (and Gloo links) in place. `backend` "in-process" subscribes
 // sink actors of the publisher's own system.
+// `on_gpus`: the versions are made on GPU 0, as a trainer there publishes them over NCCL, and subscriber i
+// keeps them on GPU i + 1.
 class transport_rig {
  public:
-  transport_rig(const std::string& backend, size_t bytes, int receivers)
-      : backend_(backend), floats_(static_cast<int64_t>(bytes / 4)), receivers_(receivers) {
+  transport_rig(const std::string& backend, size_t bytes, int receivers, bool on_gpus = false)
+      : backend_(backend), floats_(static_cast<int64_t>(bytes / 4)), receivers_(receivers), on_gpus_(on_gpus) {
     self_ = std::make_unique<caf::scoped_actor>(*sending_->sys);
     weight_publisher_setup ps;
     ps.backend = parse_weight_backend(backend).value_or(weight_backend::gloo);  // in-process: any
+    ps.device = on_gpus ? "cuda:0" : "cpu";
     ps.timeout = 600s;
     publisher_ = spawn_weight_publisher(*sending_->sys, ps);
     if (backend == "in-process") {
@@ -170,6 +176,7 @@ class transport_rig {
         ss.node = "receiver-" + std::to_string(i);
         ss.publisher = caf::actor_cast<caf::actor>(*remote);
         ss.allow_bulk = backend != "caf";
+        ss.device = on_gpus ? "cuda:" + std::to_string(i + 1) : "cpu";
         ss.timeout = 600s;
         subscribers_.push_back(caf::actor_cast<caf::actor>(spawn_weight_subscriber(*node.sys, ss)));
       }
@@ -194,7 +201,9 @@ class transport_rig {
   bool ready() const { return warm_; }
 
   std::optional<double> transfer() {
-    auto flat = at::empty({floats_}, at::kFloat).uniform_(-1, 1);
+    auto where = at::Device(on_gpus_ ? "cuda:0" : "cpu");
+    auto flat = at::empty({floats_}, at::TensorOptions(at::kFloat).device(where)).uniform_(-1, 1);
+    kernels::synchronize(where);  // as the trainer does before it publishes a snapshot on a GPU
     local_weights w{++version_, std::make_shared<const at::Tensor>(flat)};
     auto start = clock_type::now();
     bool ok = true;
@@ -204,9 +213,11 @@ class transport_rig {
             [&](std::vector<weight_delivery>& reports) {
               ok = static_cast<int>(reports.size()) == receivers_;
               for (auto& d : reports)
-                if (!d.error.empty() || (backend_ != "in-process" && d.backend != backend_)) {
-                  std::fprintf(stderr, "  %s: version %lld via %s: %s\n", d.subscriber.c_str(),
-                               static_cast<long long>(d.version), d.backend.c_str(), d.error.c_str());
+                if (!d.error.empty() || (backend_ != "in-process" && d.backend != backend_) ||
+                    (on_gpus_ && d.resent_chunks > 0)) {  // a GPU's checksums that disagree are a failure here
+                  std::fprintf(stderr, "  %s: version %lld via %s: %s (%u chunks fetched again)\n",
+                               d.subscriber.c_str(), static_cast<long long>(d.version), d.backend.c_str(),
+                               d.error.c_str(), d.resent_chunks);
                   ok = false;
                 }
             },
@@ -227,6 +238,7 @@ class transport_rig {
   std::string backend_;
   int64_t floats_;
   int receivers_;
+  bool on_gpus_;
   int64_t version_ = 0;
   bool warm_ = false;
   // Receivers first: members are destroyed in reverse, and the destructor has already ended the rest.
@@ -313,6 +325,68 @@ int main(int argc, char** argv) {
       }
       print("raw-tcp", median(all_raw), median(all_raw), 1.0);  // every path's paired raw transfers
     }
+  }
+  // NCCL from GPU to GPU: a version on GPU 0 (the trainer's) into GPU i + 1 of each receiver, against a
+  // device-to-device copy of the same bytes to the same GPUs, each transfer paired with a copy just
+  // before it. NCCL refuses two ranks on one GPU: with one GPU there is no such row (bench_device's (d)
+  // measures the host staging there).
+  int gpus = kernels::gpu_count();
+  if (weight_backend_available(weight_backend::nccl) && gpus >= 2) {
+    std::printf("GPU to GPU over NCCL, against a device-to-device copy (%d GPUs)\n%-10s %9s %9s %12s %12s %12s %10s\n",
+                gpus, "path", "size_MiB", "receivers", "seconds", "GB/s", "copy_s", "vs_copy");
+    for (auto mib : sizes_mib) {
+      auto bytes = mib << 20;
+      for (int receivers = 1; receivers <= std::min(2, gpus - 1); ++receivers) {
+        auto floats = static_cast<int64_t>(bytes / 4);
+        auto source = at::empty({floats}, at::TensorOptions(at::kFloat).device(at::Device("cuda:0"))).uniform_(-1, 1);
+        std::vector<at::Tensor> copies;
+        for (int i = 0; i < receivers; ++i)
+          copies.push_back(at::empty_like(source, at::TensorOptions().device("cuda:" + std::to_string(i + 1))));
+        auto copy = [&] {
+          kernels::synchronize(source.device());
+          auto start = clock_type::now();
+          for (auto& c : copies)
+            c.copy_(source);
+          for (auto& c : copies)
+            kernels::synchronize(c.device());
+          return bench::seconds_since(start);
+        };
+        copy();  // warm-up: peer access, the copy engines
+        std::vector<double> copy_s, path_s, ratios;
+        {
+          transport_rig rig("nccl", bytes, receivers, true);
+          for (int r = 0; rig.ready() && r < repetitions_at(mib); ++r) {
+            copy_s.push_back(copy());
+            auto seconds = rig.transfer();
+            if (!seconds) {
+              path_s.clear();
+              break;
+            }
+            path_s.push_back(*seconds);
+            ratios.push_back(copy_s.back() / *seconds);
+          }
+        }
+        if (path_s.empty()) {
+          std::printf("%-10s %9zu %9d  failed (see above)\n", "nccl-gpu", mib, receivers);
+          continue;
+        }
+        auto seconds = median(path_s);
+        auto rate = static_cast<double>(bytes) * receivers / seconds / 1e9;
+        std::printf("%-10s %9zu %9d %12.4f %12.3f %12.4f %10.3f\n", "nccl-gpu", mib, receivers, seconds, rate,
+                    median(copy_s), median(ratios));
+        std::fflush(stdout);
+        rows.push_back({{"path", "nccl-gpu"},
+                        {"size_mib", mib},
+                        {"receivers", receivers},
+                        {"seconds", seconds},
+                        {"gb_per_s", rate},
+                        {"device_copy_seconds", median(copy_s)},
+                        {"vs_device_copy", median(ratios)}});
+      }
+    }
+  } else {
+    std::printf("GPU to GPU over NCCL: not measured (%s)\n",
+                gpus >= 2 ? "this build has no NCCL" : "it needs two GPUs; NCCL refuses two ranks on one GPU");
   }
   if (!options.json_path.empty())
     std::ofstream(options.json_path) << nlohmann::json{{"bench", "bench_weight_sync"}, {"rows", rows}}.dump(2) << "\n";

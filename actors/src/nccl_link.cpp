@@ -208,15 +208,15 @@ class nccl_link final : public bulk_link {
   }
 
   // From the trainer's GPU buffer: no copy to the host. The checksums are computed on the GPU (one pass
-  // over the version) and recorded for the CAF path's repairs. Reading them back waits for the stream
-  // that made them, which wrote the version before (the snapshot's copy): NCCL's own stream sends
-  // complete bytes.
+  // over the version) and recorded for the CAF path's repairs. The trainer synchronized its GPU after
+  // making the snapshot (trainer_actor.cpp), and reading the checksums back waits for the kernels that
+  // made them: NCCL's own stream sends complete bytes and sums.
   void send_from_gpu(const weight_manifest& m, const at::Tensor& bytes, chunk_sums& sums) {
     require_on_link_gpu(bytes);
     auto checksums = kernels::chunk_checksums_on_device(bytes.view(-1), checksum_chunk_bytes(m));
     auto on_host = checksums.cpu();
     for (uint64_t i = 0; i < m.chunk_count(); ++i)
-      sums.put(i, static_cast<uint64_t>(on_host[static_cast<int64_t>(i)].item<int64_t>()));
+      sums.put(i, static_cast<uint64_t>(on_host.data_ptr<int64_t>()[i]));
     grouped_chunks(
         m, static_cast<char*>(bytes.data_ptr()), checksums.data_ptr<int64_t>(),
         [this](void* p, size_t n) { return ncclSend(p, n, ncclUint8, 1 - rank_, comm_, stream_); }, "ncclSend");
@@ -226,13 +226,17 @@ class nccl_link final : public bulk_link {
   void receive_into_gpu(const weight_manifest& m, at::Tensor& buffer, std::vector<uint64_t>& bad) {
     require_on_link_gpu(buffer);
     auto sent = at::empty({static_cast<int64_t>(m.chunk_count())}, buffer.options().dtype(at::kLong));
+    // NCCL writes on a stream of its own, which orders after nothing of LibTorch's: the buffer's last
+    // readers (the rollout workers' copies of the previous version, on their threads' streams) and the
+    // work before these blocks were freed to the caching allocator must be done first.
+    check_cuda(cudaDeviceSynchronize(), "waiting for the buffer's readers");
     grouped_chunks(
         m, static_cast<char*>(buffer.data_ptr()), sent.data_ptr<int64_t>(),
         [this](void* p, size_t n) { return ncclRecv(p, n, ncclUint8, 1 - rank_, comm_, stream_); }, "ncclRecv");
     auto computed = kernels::chunk_checksums_on_device(buffer.view(-1), checksum_chunk_bytes(m));
-    auto differ = computed.ne(sent).nonzero().cpu();
-    for (int64_t k = 0; k < differ.size(0); ++k)
-      bad.push_back(static_cast<uint64_t>(differ[k][0].item<int64_t>()));
+    auto differ = computed.ne(sent).nonzero().view(-1).cpu();
+    for (int64_t k = 0; k < differ.numel(); ++k)
+      bad.push_back(static_cast<uint64_t>(differ.data_ptr<int64_t>()[k]));
   }
 
   void send(const void* host, size_t bytes) {

@@ -10,7 +10,9 @@
 #      runs it on the device: sync against async eta = 1, 4, 8 on the long-tail
 #      workload with the qwen2-0.5b shape (a failure there is in the JSON, the
 #      figures before it stand);
-#   5. prints one JSON (also written to WORK/check.json).
+#   5. with two or more GPUs, bench_weight_sync (same build): NCCL from GPU 0
+#      into the other GPUs against a device-to-device copy;
+#   6. prints one JSON (also written to WORK/check.json).
 # Usage: bash bench/gpu/check.sh [--device cuda|cuda:N|cpu] [--debs DIR] [--work DIR]
 #                                [--torch-dir DIR] [--quick] [--no-job] [--job-preset NAME]
 #                                [--job-steps N]
@@ -150,6 +152,8 @@ timeout 300 "$build/bench/bench_device" --device "$device" "${quick[@]}" --json 
 # check above stays as it was); its failure is reported in the JSON, not fatal.
 job_result=skipped
 job_figures=null
+nccl_result="skipped (runs in the job's build)"
+nccl_figures=null
 if [ "$with_job" = 1 ]; then
   job_build="$work/build-job"
   rm -f "$job_build/CMakeCache.txt"
@@ -160,7 +164,8 @@ if [ "$with_job" = 1 ]; then
     tail -n 30 "$work/configure-job.log" >&2
     job_result="configure failed (all of it: $work/configure-job.log)"
   # The reward service's helper programs too (build-job/libexec/areal), as the job finds them.
-  elif ! cmake --build "$job_build" -j "$(nproc)" --target bench_async_vs_sync areal-sandbox-supervisor areal-algebra \
+  elif ! cmake --build "$job_build" -j "$(nproc)" --target bench_async_vs_sync bench_weight_sync \
+    areal-sandbox-supervisor areal-algebra \
     -- "${keep_going[@]}" >"$work/build-job.log" 2>&1; then
     grep -E "error|undefined reference" "$work/build-job.log" | head -n 40 >&2
     job_result="build failed (all of it: $work/build-job.log)"
@@ -178,6 +183,26 @@ if [ "$with_job" = 1 ]; then
     fi
   fi
   say "the RL job on $device: $job_result"
+  # (d) NCCL from GPU to GPU, where there are two (NCCL refuses two ranks on one GPU).
+  gpus=0
+  [ "$device" != cpu ] && gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+  if [ "$job_result" = ran ] && [ "$gpus" -ge 2 ]; then
+    if timeout 240 "$job_build/bench/bench_weight_sync" --quick --json "$work/weight_sync.json" \
+      2>"$work/weight_sync.err" | tee "$work/weight_sync.log" >&2; then
+      nccl_result=ran
+      nccl_figures=$(cat "$work/weight_sync.json")
+    else
+      tail -n 20 "$work/weight_sync.err" >&2
+      nccl_result="bench_weight_sync failed or ran past 240 s (its output: $work/weight_sync.log, $work/weight_sync.err)"
+    fi
+  elif [ "$device" = cpu ]; then
+    nccl_result="not run with --device cpu"
+  elif [ "$gpus" -lt 2 ]; then
+    nccl_result="needs two GPUs (this machine shows $gpus; NCCL refuses two ranks on one GPU): (d) in bench_device measures the host staging"
+  else
+    nccl_result="not run: the job's build or run failed"
+  fi
+  say "NCCL from GPU to GPU: $nccl_result"
 fi
 
 finished=$(date +%s)
@@ -189,7 +214,8 @@ finished=$(date +%s)
   echo "  \"test_device_not_checked\": \"$test_notes\","
   echo "  \"build_seconds\": $((built - started)),"
   echo "  \"seconds\": $((finished - started)),"
-  echo "  \"not_run\": {\"nccl_transfer\": \"needs two GPUs (NCCL refuses two ranks on one GPU); (d) measures the host staging\"},"
+  echo "  \"nccl_gpu_to_gpu_result\": \"$nccl_result\","
+  echo "  \"nccl_gpu_to_gpu\": $nccl_figures,"
   echo "  \"bench_device\": $(cat "$work/bench_device.json"),"
   echo "  \"async_vs_sync_result\": \"$job_result\","
   echo "  \"async_vs_sync\": $job_figures"

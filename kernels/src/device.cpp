@@ -44,6 +44,10 @@ bool cuda_available() {
   return torch::cuda::is_available();
 }
 
+int gpu_count() {
+  return cuda_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+}
+
 void synchronize(const at::Device& device) {
   if (device.is_cuda())
     torch::cuda::synchronize(device.index());

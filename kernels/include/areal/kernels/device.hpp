@@ -28,6 +28,8 @@ class device_scope {
 
 /// Whether this LibTorch was built with CUDA and sees at least one GPU.
 bool cuda_available();
+/// The GPUs this process sees (0 without CUDA).
+int gpu_count();
 
 /// Waits until the device has finished the work queued on it (a timing needs
 /// it: GPU kernels run asynchronously); nothing to wait for on the CPU.
