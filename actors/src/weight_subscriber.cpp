@@ -163,8 +163,8 @@ bool receive_over_link(subscriber_pointer self, const weight_manifest& m, at::Te
 // Where a version is received: the configured GPU when the link reads GPU memory (NCCL), else host
 // memory (the Gloo link's and the CAF chunks' bytes are there).
 at::Device receive_device(const subscriber_state& st) {
-  at::Device configured(st.setup.device);
-  return configured.is_cuda() && st.link && st.link->reads_device_memory() ? configured : at::Device(at::kCPU);
+  bool gpu = at::Device(st.setup.device).is_cuda() && st.link && st.link->reads_device_memory();
+  return gpu ? at::Device(at::kCUDA, static_cast<at::DeviceIndex>(gpu_of(st.setup.device))) : at::Device(at::kCPU);
 }
 
 void start_version(subscriber_pointer self, const weight_manifest& m) {
