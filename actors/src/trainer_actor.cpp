@@ -2,8 +2,8 @@
 // batch, and a snapshot of the new weights for the rollout workers.
 #include "areal/actors/trainer_actor.hpp"
 #include "areal/actors/exception_guard.hpp"
+#include "areal/actors/weight_transport.hpp"
 #include "areal/kernels/compute_threads.hpp"
-#include "areal/kernels/device.hpp"
 
 #include "areal/actors/run_checkpoint.hpp"
 
@@ -54,12 +54,10 @@ local_weights current_weights(trainer_pointer self) {
     // (no round trip through the host), at the cost of a second copy of the
     // weights there. With one, where its links read it: on the model's GPU
     // for NCCL links, else in host memory (an engine copies it onto its own
-    // device). A snapshot on a GPU is complete before any link reads it.
+    // device).
     auto& flat = st.setup.model->flat();
-    auto device = st.setup.publisher ? at::Device(st.setup.publish_device) : flat.device();
-    st.snapshot = std::make_shared<const at::Tensor>(flat.detach().to(flat.options().device(device), false, true));
-    if (st.setup.publisher && device.is_cuda())
-      kernels::synchronize(device);
+    auto device = st.setup.publisher ? st.setup.publish_device : flat.device().str();
+    st.snapshot = publishable_copy(st.trainer->policy_version(), flat, device).flat;
   }
   return {st.trainer->policy_version(), st.snapshot};
 }

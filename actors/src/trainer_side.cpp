@@ -14,7 +14,6 @@
 #include "areal/actors/trainer_actor.hpp"
 #include "areal/actors/weight_transport.hpp"
 #include "areal/kernels/compute_threads.hpp"
-#include "areal/kernels/device.hpp"
 #include "areal/kernels/trainer.hpp"
 #include "areal/runtime/log.hpp"
 #include "job_parts.hpp"
@@ -46,11 +45,7 @@ trainer_side spawn_trainer_side(caf::actor_system& sys, const run_config& c, con
     side.publisher = spawn_weight_publisher(sys, ps);
     // The current weights first, for the nodes that join.
     caf::scoped_actor boot{sys};
-    auto& flat = m.policy->flat();  // a copy where every published version lies (trainer_actor.cpp)
-    local_weights initial{s.initial_version, std::make_shared<const at::Tensor>(flat.detach().to(
-                                                 flat.options().device(at::Device(ps.device)), false, true))};
-    if (at::Device(ps.device).is_cuda())
-      kernels::synchronize(at::Device(ps.device));
+    auto initial = publishable_copy(s.initial_version, m.policy->flat(), ps.device);  // as every version
     auto failed = [](caf::error& err) { spdlog::warn("weight publisher: {}", describe(err)); };
     boot->request(side.publisher, ps.timeout, publish_atom::value, initial)
         .receive([](std::vector<weight_delivery>&) {}, failed);

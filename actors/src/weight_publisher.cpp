@@ -14,6 +14,7 @@
 
 #include <caf/all.hpp>
 
+#include "areal/kernels/device.hpp"
 #include "areal/runtime/log.hpp"
 #include "gloo_link.hpp"
 #include "nccl_link.hpp"
@@ -79,6 +80,14 @@ std::string published_device(weight_backend backend, const std::string& model_de
   return gpu && backend == weight_backend::nccl && weight_backend_available(backend) ? model_device : "cpu";
 }
 
+local_weights publishable_copy(int64_t version, const at::Tensor& flat, const std::string& device) {
+  at::Device where(device);
+  auto copy = flat.detach().to(flat.options().device(where), false, true);
+  if (where.is_cuda())
+    kernels::synchronize(where);  // the links send from NCCL's own stream
+  return {version, std::make_shared<const at::Tensor>(std::move(copy))};
+}
+
 int gpu_of(const std::string& device) {
   at::Device d(device);
   return d.is_cuda() && d.has_index() ? d.index() : 0;
@@ -95,7 +104,6 @@ namespace {
 class version_bytes {
  public:
   version_bytes(at::Tensor published, uint64_t chunks) : published_(std::move(published)), sums_(chunks) {}
-  const at::Tensor& published() const { return published_; }
   const at::Tensor& in_host_memory() {
     if (published_.is_cpu())
       return published_;
@@ -351,7 +359,7 @@ weight_publisher_actor::behavior_type publisher_behavior(publisher_pointer self,
                 };
                 link = "nccl " + id;
               } catch (const std::exception& e) {
-                // No GPU here, so the weights are in host memory: Gloo is the fast path for them.
+                // No NCCL or no GPU here, so the weights are in host memory: Gloo is the fast path for them.
                 spdlog::warn("weight publisher: {}; weights travel over Gloo", e.what());
                 gloo = true;
               }

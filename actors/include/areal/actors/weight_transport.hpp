@@ -61,6 +61,10 @@ weight_publisher_actor spawn_weight_publisher(caf::actor_system& sys, weight_pub
 /// backend is nccl, this build has NCCL and the process sees a GPU), else in host memory ("cpu").
 std::string published_device(weight_backend backend, const std::string& model_device);
 
+/// A version to publish: a copy of the trainer's `flat` buffer on `device` (published_device's), its
+/// writing finished on a GPU before any link reads it.
+local_weights publishable_copy(int64_t version, const at::Tensor& flat, const std::string& device);
+
 struct weight_subscriber_setup {
   std::string node;                       // this node's name, as the publisher reports it
   caf::actor publisher;                   // a weight_publisher_actor, usually remote
