@@ -255,6 +255,28 @@ double median(std::vector<double> xs) {
   return xs.empty() ? 0 : xs[xs.size() / 2];
 }
 
+// `repetitions` transfers of the rig, each paired with a ceiling's transfer just before it: the
+// seconds of both and the pairs' ratios (ceiling over path). Empty path seconds when a transfer failed.
+struct paired_runs {
+  std::vector<double> ceiling_s, path_s, ratios;
+};
+
+template <typename ceiling_transfer>
+paired_runs run_paired(transport_rig& rig, ceiling_transfer ceiling, int repetitions) {
+  paired_runs out;
+  for (int r = 0; rig.ready() && r < repetitions; ++r) {
+    out.ceiling_s.push_back(ceiling());
+    auto seconds = rig.transfer();
+    if (!seconds) {
+      out.path_s.clear();
+      break;
+    }
+    out.path_s.push_back(*seconds);
+    out.ratios.push_back(out.ceiling_s.back() / *seconds);
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -302,26 +324,18 @@ int main(int argc, char** argv) {
       std::vector<double> all_raw;
       for (auto& path : paths) {
         auto reps = path == "caf" && mib >= 512 ? 1 : repetitions;  // CAF messages are slow: one timed pair
-        std::vector<double> raw_s, path_s, ratios;
+        paired_runs runs;
         {
           raw_tcp_rig raw(bytes, receivers);
           transport_rig rig(path, bytes, receivers);
-          for (int r = 0; rig.ready() && r < reps; ++r) {
-            raw_s.push_back(raw.transfer());
-            auto seconds = rig.transfer();
-            if (!seconds) {
-              path_s.clear();
-              break;
-            }
-            path_s.push_back(*seconds);
-            ratios.push_back(raw_s.back() / *seconds);
-          }
+          runs = run_paired(
+              rig, [&] { return raw.transfer(); }, reps);
         }
-        all_raw.insert(all_raw.end(), raw_s.begin(), raw_s.end());
-        if (path_s.empty())
+        all_raw.insert(all_raw.end(), runs.ceiling_s.begin(), runs.ceiling_s.end());
+        if (runs.path_s.empty())
           std::printf("%-10s %9zu %9d  failed (see above)\n", path.c_str(), mib, receivers);
         else
-          print(path, median(path_s), median(raw_s), median(ratios));
+          print(path, median(runs.path_s), median(runs.ceiling_s), median(runs.ratios));
       }
       print("raw-tcp", median(all_raw), median(all_raw), 1.0);  // every path's paired raw transfers
     }
@@ -352,36 +366,27 @@ int main(int argc, char** argv) {
           return bench::seconds_since(start);
         };
         copy();  // warm-up: peer access, the copy engines
-        std::vector<double> copy_s, path_s, ratios;
+        paired_runs runs;
         {
           transport_rig rig("nccl", bytes, receivers, true);
-          for (int r = 0; rig.ready() && r < repetitions_at(mib); ++r) {
-            copy_s.push_back(copy());
-            auto seconds = rig.transfer();
-            if (!seconds) {
-              path_s.clear();
-              break;
-            }
-            path_s.push_back(*seconds);
-            ratios.push_back(copy_s.back() / *seconds);
-          }
+          runs = run_paired(rig, copy, repetitions_at(mib));
         }
-        if (path_s.empty()) {
+        if (runs.path_s.empty()) {
           std::printf("%-10s %9zu %9d  failed (see above)\n", "nccl-gpu", mib, receivers);
           continue;
         }
-        auto seconds = median(path_s);
+        auto seconds = median(runs.path_s);
         auto rate = static_cast<double>(bytes) * receivers / seconds / 1e9;
         std::printf("%-10s %9zu %9d %12.4f %12.3f %12.4f %10.3f\n", "nccl-gpu", mib, receivers, seconds, rate,
-                    median(copy_s), median(ratios));
+                    median(runs.ceiling_s), median(runs.ratios));
         std::fflush(stdout);
         rows.push_back({{"path", "nccl-gpu"},
                         {"size_mib", mib},
                         {"receivers", receivers},
                         {"seconds", seconds},
                         {"gb_per_s", rate},
-                        {"device_copy_seconds", median(copy_s)},
-                        {"vs_device_copy", median(ratios)}});
+                        {"device_copy_seconds", median(runs.ceiling_s)},
+                        {"vs_device_copy", median(runs.ratios)}});
       }
     }
   } else {

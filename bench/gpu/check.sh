@@ -150,6 +150,20 @@ timeout 300 "$build/bench/bench_device" --device "$device" "${quick[@]}" --json 
 
 # -- 5. The RL job on the device: the whole project's libraries, in a build folder of its own (the device
 # check above stays as it was); its failure is reported in the JSON, not fatal.
+# run_bench NAME SECONDS COMMAND...: runs a benchmark of the job's build with its output beside the
+# others (WORK/NAME.json, .log, .err); bench_result is "ran" or what failed, bench_figures its JSON or null.
+run_bench() {
+  local name="$1" limit="$2"
+  shift 2
+  bench_figures=null
+  if timeout "$limit" "$@" --json "$work/$name.json" 2>"$work/$name.err" | tee "$work/$name.log" >&2; then
+    bench_result=ran
+    bench_figures=$(cat "$work/$name.json")
+  else
+    tail -n 20 "$work/$name.err" >&2
+    bench_result="$(basename "$1") failed or ran past $limit s (its output: $work/$name.log, $work/$name.err)"
+  fi
+}
 job_result=skipped
 job_figures=null
 nccl_result="skipped (runs in the job's build)"
@@ -172,29 +186,19 @@ if [ "$with_job" = 1 ]; then
   else
     grep -E "Gloo|NCCL" "$work/configure-job.log" | sed 's/^-- /check.sh: job build: /' >&2 || true
     say "job built at $(( $(date +%s) - started )) s; running sync and async eta = 1, 4, 8 ($job_preset, $job_steps steps)"
-    if timeout 330 "$job_build/bench/bench_async_vs_sync" --device "$device" --threads 1 --workload long-tail \
-      --preset "$job_preset" --etas 1,4,8 --steps "$job_steps" --json "$work/async_vs_sync.json" \
-      2>"$work/async_vs_sync.err" | tee "$work/async_vs_sync.log" >&2; then
-      job_result=ran
-      job_figures=$(cat "$work/async_vs_sync.json")
-    else
-      tail -n 20 "$work/async_vs_sync.err" >&2
-      job_result="bench_async_vs_sync failed or ran past 330 s (its output: $work/async_vs_sync.log, $work/async_vs_sync.err)"
-    fi
+    run_bench async_vs_sync 330 "$job_build/bench/bench_async_vs_sync" --device "$device" --threads 1 \
+      --workload long-tail --preset "$job_preset" --etas 1,4,8 --steps "$job_steps"
+    job_result=$bench_result
+    job_figures=$bench_figures
   fi
   say "the RL job on $device: $job_result"
   # (d) NCCL from GPU to GPU, where there are two (NCCL refuses two ranks on one GPU).
   gpus=0
   [ "$device" != cpu ] && gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
   if [ "$job_result" = ran ] && [ "$gpus" -ge 2 ]; then
-    if timeout 240 "$job_build/bench/bench_weight_sync" --quick --json "$work/weight_sync.json" \
-      2>"$work/weight_sync.err" | tee "$work/weight_sync.log" >&2; then
-      nccl_result=ran
-      nccl_figures=$(cat "$work/weight_sync.json")
-    else
-      tail -n 20 "$work/weight_sync.err" >&2
-      nccl_result="bench_weight_sync failed or ran past 240 s (its output: $work/weight_sync.log, $work/weight_sync.err)"
-    fi
+    run_bench weight_sync 240 "$job_build/bench/bench_weight_sync" --quick
+    nccl_result=$bench_result
+    nccl_figures=$bench_figures
   elif [ "$device" = cpu ]; then
     nccl_result="not run with --device cpu"
   elif [ "$gpus" -lt 2 ]; then
