@@ -420,9 +420,13 @@ TEST_CASE("a version's chunk checksums are computed once for all the links that 
 TEST_CASE("checksums computed on a GPU are recorded for the links and fetches after it, never over one known") {
   std::vector<unsigned char> bytes(4096, 1);
   chunk_sums sums(2);
+  CHECK_FALSE(sums.known(0));  // a later NCCL link computes them only while some are not known
   sums.put(0, 42);  // the GPU's value: later readers take it, their bytes are not hashed
+  CHECK(sums.known(0) == std::optional<uint64_t>{42});
   CHECK(sums.get(0, bytes.data(), bytes.size()) == 42);
+  CHECK_FALSE(sums.known(1));
   auto hashed = sums.get(1, bytes.data(), bytes.size());
+  CHECK(sums.known(1) == std::optional<uint64_t>{hashed});
   sums.put(1, 7);  // known already: kept
   CHECK(sums.get(1, bytes.data(), bytes.size()) == hashed);
 }

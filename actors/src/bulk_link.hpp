@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -47,6 +48,12 @@ class chunk_sums {
       while (state.load(std::memory_order_acquire) != 2)
         std::this_thread::yield();
     }
+    return sums_[i].load(std::memory_order_relaxed);
+  }
+  /// The checksum of chunk `i` if it is known already (hashed, or recorded by put).
+  std::optional<uint64_t> known(uint64_t i) const {
+    if (state_[i].load(std::memory_order_acquire) != 2)
+      return std::nullopt;
     return sums_[i].load(std::memory_order_relaxed);
   }
   /// Records the checksum of chunk `i` computed elsewhere (on the GPU that holds the version), unless

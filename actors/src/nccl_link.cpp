@@ -208,15 +208,29 @@ class nccl_link final : public bulk_link {
   }
 
   // From the trainer's GPU buffer: no copy to the host. The checksums are computed on the GPU (one pass
-  // over the version) and recorded for the CAF path's repairs. The trainer synchronized its GPU after
-  // making the snapshot (trainer_actor.cpp), and reading the checksums back waits for the kernels that
-  // made them: NCCL's own stream sends complete bytes and sums.
+  // over the version) by the first link that sends it and recorded for the others and the CAF path's
+  // repairs. The trainer synchronized its GPU after making the snapshot (publishable_copy), and the
+  // checksums' copy between host and GPU waits for the kernels that made them: NCCL's own stream sends
+  // complete bytes and sums.
   void send_from_gpu(const weight_manifest& m, const at::Tensor& bytes, chunk_sums& sums) {
     require_on_link_gpu(bytes);
-    auto checksums = kernels::chunk_checksums_on_device(bytes.view(-1), checksum_chunk_bytes(m));
-    auto on_host = checksums.cpu();
-    for (uint64_t i = 0; i < m.chunk_count(); ++i)
-      sums.put(i, static_cast<uint64_t>(on_host.data_ptr<int64_t>()[i]));
+    auto chunks = static_cast<int64_t>(m.chunk_count());
+    auto on_host = at::empty({chunks}, at::kLong);
+    bool all_known = true;
+    for (int64_t i = 0; i < chunks && all_known; ++i) {
+      auto sum = sums.known(static_cast<uint64_t>(i));
+      all_known = sum.has_value();
+      on_host.data_ptr<int64_t>()[i] = static_cast<int64_t>(sum.value_or(0));
+    }
+    at::Tensor checksums;
+    if (all_known) {
+      checksums = on_host.to(bytes.device());
+    } else {
+      checksums = kernels::chunk_checksums_on_device(bytes.view(-1), checksum_chunk_bytes(m));
+      on_host = checksums.cpu();
+      for (int64_t i = 0; i < chunks; ++i)
+        sums.put(static_cast<uint64_t>(i), static_cast<uint64_t>(on_host.data_ptr<int64_t>()[i]));
+    }
     grouped_chunks(
         m, static_cast<char*>(bytes.data_ptr()), checksums.data_ptr<int64_t>(),
         [this](void* p, size_t n) { return ncclSend(p, n, ncclUint8, 1 - rank_, comm_, stream_); }, "ncclSend");
