@@ -1,7 +1,8 @@
 // A point-to-point link that moves one weight version in bulk between the
 // publisher's node and one subscriber: the version's header (the version sent,
 // or -1 when it is no longer held), then every chunk with the XXH3-64 of its
-// bytes, computed by the sender as it sends. Implemented over Gloo
+// bytes, computed by the sender as it sends (a version on a GPU: on the GPU,
+// in one pass before). Implemented over Gloo
 // (gloo_link.cpp) and NCCL (nccl_link.cpp, in builds that found CUDA and NCCL).
 // Blocking: each side runs on a thread of its own. A link that throws is broken.
 #pragma once

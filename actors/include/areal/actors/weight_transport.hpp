@@ -10,11 +10,10 @@
 //               versions in host memory,
 //   caf         as chunk replies (the fallback, and the repair path of every backend).
 // Every version is chunked, and every chunk travels with the XXH3-64 of its
-// bytes, computed by the sender as it sends: the receiver checks each one and fetches a damaged chunk again (once; a
-// second failure is reported). A subscriber that falls behind skips to the
-// newest version. The publisher's `publish` reply is the handle of a transfer:
-// it completes when every subscriber reported, with an error per subscriber
-// that failed or missed the deadline.
+// bytes, computed by the sender as it sends (on the GPU for a version there): the receiver checks each one and fetches
+// a damaged chunk again (once; a second failure is reported). A subscriber that falls behind skips to the newest
+// version. The publisher's `publish` reply is the handle of a transfer: it completes when every subscriber reported,
+// with an error per subscriber that failed or missed the deadline.
 #pragma once
 
 #include <chrono>
