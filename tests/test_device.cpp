@@ -401,9 +401,15 @@ TEST_CASE("the weight chunks' checksums computed on the device are XXH3-64 of th
   at::manual_seed(5);
   uint64_t mib = uint64_t{1} << 20;
   // Chunks of the real size with a long tail, a tail of 240 bytes or less (hashed on the host), one short
-  // chunk, none, and bytes that start off an 8-byte boundary (hashed on the host too).
-  for (auto [total, chunk] : std::vector<std::pair<uint64_t, uint64_t>>{
-           {3 * 4 * mib + 1000, 4 * mib}, {10000, 4096}, {8192 + 100, 4096}, {100, 4096}, {0, 4096}, {64 * mib, mib}}) {
+  // chunk, none, chunks of 240 bytes or less, and bytes that start off an 8-byte boundary (all three hashed
+  // on the host).
+  for (auto [total, chunk] : std::vector<std::pair<uint64_t, uint64_t>>{{3 * 4 * mib + 1000, 4 * mib},
+                                                                        {10000, 4096},
+                                                                        {8192 + 100, 4096},
+                                                                        {100, 4096},
+                                                                        {0, 4096},
+                                                                        {64 * mib, mib},
+                                                                        {1000, 200}}) {
     auto host = at::randint(0, 256, {static_cast<int64_t>(total)}, at::kByte);
     check(host, chunk, host.to(options.device()));
   }

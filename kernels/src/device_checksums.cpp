@@ -18,10 +18,6 @@ namespace areal::kernels {
 
 #if AREAL_CUDA_KERNELS
 
-bool device_checksums_available() {
-  return true;
-}
-
 at::Tensor chunk_checksums_on_device(const at::Tensor& bytes, uint64_t chunk_bytes) {
   if (!bytes.is_cuda() || bytes.scalar_type() != at::kByte || bytes.dim() != 1 || !bytes.is_contiguous())
     throw std::invalid_argument(
@@ -32,13 +28,10 @@ at::Tensor chunk_checksums_on_device(const at::Tensor& bytes, uint64_t chunk_byt
   static_assert(xxh3::secret_bytes == XXH3_SECRET_DEFAULT_SIZE, "XXH3's default secret changed size");
   uint64_t total = static_cast<uint64_t>(bytes.numel());
   xxh3::chunk_layout layout{total, chunk_bytes};
-  auto on = bytes.options().dtype(at::kLong);
-  auto sums = at::zeros({static_cast<int64_t>(layout.chunks())}, on);
-  if (total == 0)
-    return sums;
   auto address = reinterpret_cast<uintptr_t>(bytes.data_ptr());
-  if (address % 8 != 0 || chunk_bytes % 8 != 0) {
-    // The passes read 8-byte words: hash such a version on the host (a copy; no buffer of ours is like it).
+  if (address % 8 != 0 || chunk_bytes % 8 != 0 || chunk_bytes <= xxh3::short_input_max) {
+    // The passes read 8-byte words and hash chunks over 240 bytes: hash such a version on the host (a copy;
+    // the weight links' buffers and chunk sizes, whole KiB, are never like it).
     auto host = bytes.cpu();
     auto out = at::empty({static_cast<int64_t>(layout.chunks())}, at::kLong);
     for (uint64_t c = 0; c < layout.chunks(); ++c)
@@ -46,6 +39,10 @@ at::Tensor chunk_checksums_on_device(const at::Tensor& bytes, uint64_t chunk_byt
           static_cast<int64_t>(XXH3_64bits(host.data_ptr<uint8_t>() + c * chunk_bytes, layout.size(c))));
     return out.to(bytes.device());
   }
+  auto on = bytes.options().dtype(at::kLong);
+  auto sums = at::zeros({static_cast<int64_t>(layout.chunks())}, on);
+  if (total == 0)
+    return sums;
   c10::cuda::CUDAGuard on_device(bytes.device());
   auto scratch = at::empty({static_cast<int64_t>(cuda_launch::checksum_scratch_words(total, chunk_bytes)) + 1}, on);
   auto stream = c10::cuda::getCurrentCUDAStream(bytes.device().index()).stream();
@@ -55,7 +52,8 @@ at::Tensor chunk_checksums_on_device(const at::Tensor& bytes, uint64_t chunk_byt
   auto error = cudaGetLastError();
   if (error != cudaSuccess)
     throw std::runtime_error(std::string("CUDA kernel chunk_checksums failed: ") + cudaGetErrorString(error));
-  // Only the last chunk can be 240 bytes or less: XXH3 takes other algorithms there; hashed on the host.
+  // With chunks over 240 bytes only the last one can be shorter: XXH3 takes other algorithms there; hashed on
+  // the host.
   uint64_t last = layout.chunks() - 1;
   if (!layout.long_chunk(last)) {
     auto tail =
@@ -66,10 +64,6 @@ at::Tensor chunk_checksums_on_device(const at::Tensor& bytes, uint64_t chunk_byt
 }
 
 #else
-
-bool device_checksums_available() {
-  return false;
-}
 
 at::Tensor chunk_checksums_on_device(const at::Tensor& bytes, uint64_t) {
   if (!bytes.is_cuda())

@@ -10,9 +10,6 @@
 
 namespace areal::kernels {
 
-/// Whether this build has the kernels (a LibTorch with CUDA).
-bool device_checksums_available();
-
 /// XXH3-64 of each chunk of `bytes` (a contiguous one-dimensional uint8 tensor on a CUDA device) in
 /// chunks of `chunk_bytes` (the last one shorter), as int64 [chunks] on the same device (the sums'
 /// bits). Throws std::invalid_argument for bytes elsewhere and std::runtime_error in a build without
