@@ -163,7 +163,8 @@ class transport_rig {
       for (int i = 0; i < receivers; ++i) {
         sinks_.push_back(std::make_unique<caf::scoped_actor>(*sending_->sys));
         (*self_)
-            ->request(publisher_, 10s, subscribe_atom::value, "sink-" + std::to_string(i), caf::actor{*sinks_.back()})
+            ->request(publisher_, 10s, subscribe_atom::value, "sink-" + std::to_string(i), caf::actor{*sinks_.back()},
+                      std::string{})
             .receive([](packed<weight_manifest>&, std::string&) {}, [](caf::error&) {});
       }
     } else {

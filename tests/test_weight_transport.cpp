@@ -179,6 +179,69 @@ TEST_CASE("weights arrive bit-identical over NCCL where a GPU is present and ove
   (*t.receiver.self)->send_exit(sub, caf::exit_reason::user_shutdown);
 }
 
+TEST_CASE("the publisher offers each subscriber only a bulk link it says it can take") {
+  std::string why;
+  auto offered = [&](weight_backend configured, const char* accepted, bool nccl_here, bool gloo_here) {
+    return offered_link(configured, accepted, nccl_here, gloo_here, why);
+  };
+  auto gloo = weight_backend::gloo, nccl = weight_backend::nccl, caf = weight_backend::caf;
+  CHECK(offered(gloo, "gloo", false, true) == gloo);
+  CHECK(why.empty());
+  CHECK(offered(gloo, "nccl gloo", true, true) == gloo);
+  CHECK(offered(gloo, "", false, true) == caf);
+  CHECK(why ==
+        "it takes no Gloo link (its weight_transport is \"caf\", or its build has no Gloo); weights travel to "
+        "it as CAF messages");
+  CHECK(offered(gloo, "nccl", true, true) == caf);
+  CHECK(offered(gloo, "gloonccl", true, true) == caf);  // words, not substrings
+  CHECK(offered(gloo, "gloo", true, false) == caf);
+  CHECK(why.find("no Gloo link here") == 0);
+  CHECK(offered(nccl, "gloo nccl", true, true) == nccl);
+  CHECK(why.empty());
+  // A rollout node without a GPU (or without NCCL in its build) gets Gloo, not a link it cannot open.
+  CHECK(offered(nccl, "gloo", true, true) == gloo);
+  CHECK(why ==
+        "it cannot take an NCCL link (its build has no NCCL, or its machine no GPU); weights travel to it over "
+        "Gloo");
+  CHECK(offered(nccl, "gloo nccl", false, true) == gloo);
+  CHECK(why.find("NCCL cannot run here") == 0);
+  CHECK(offered(nccl, "nccl", false, true) == caf);
+  CHECK(offered(nccl, "", true, true) == caf);
+  CHECK(why.find("weights travel to it as CAF messages") != std::string::npos);
+  CHECK(offered(caf, "gloo nccl", true, true) == caf);
+  CHECK(why.empty());
+
+  // What a subscriber says it takes: nothing where it fetches over CAF, else what this build and machine can run.
+  CHECK(accepted_links(false).empty());
+  auto accepted = accepted_links(true);
+  CHECK((accepted.find("gloo") != std::string::npos) == weight_backend_available(gloo));
+  CHECK((accepted.find("nccl") != std::string::npos) == weight_backend_available(nccl));
+
+  // A Gloo publisher asked by a subscriber that takes no bulk link offers CAF messages (it opens no sending side
+  // that would wait out the deadline for a peer that never comes), and one that takes only NCCL the same.
+  two_systems t{setup_for(gloo)};
+  auto silent =
+      t.receiver.sys->spawn([](caf::event_based_actor*) -> caf::behavior { return {[](packed<weight_manifest>&) {}}; });
+  for (auto takes : {"", "nccl"}) {
+    CAPTURE(takes);
+    (*t.receiver.self)
+        ->request(t.remote_publisher, 5s, subscribe_atom::value, std::string{"node"}, silent, std::string{takes})
+        .receive([](packed<weight_manifest>&, std::string& link) { CHECK(link == "caf"); },
+                 [](caf::error& e) { FAIL(describe(e)); });
+  }
+  (*t.receiver.self)->send_exit(silent, caf::exit_reason::kill);
+  // A subscriber whose node fetches over CAF, end to end, from a publisher that offers Gloo.
+  t.publish(make_weights(1, 300'001));
+  auto sub = t.subscribe(caf);
+  REQUIRE(t.wait_weights(1));
+  auto reports = t.publish(make_weights(2, 300'001));
+  REQUIRE(reports.size() == 1);
+  CHECK(reports[0].backend == "caf");
+  CHECK(reports[0].error.empty());
+  REQUIRE(t.wait_weights(2));
+  (*t.receiver.self)->send_exit(sub, caf::exit_reason::user_shutdown);
+}
+
 TEST_CASE("a chunk damaged in transit is detected by its checksum and fetched again") {
   std::vector<weight_backend> backends{weight_backend::caf, weight_backend::gloo};
   if (weight_backend_available(weight_backend::nccl))
@@ -275,7 +338,7 @@ TEST_CASE("a subscriber that takes the announcement and never reports is settled
   auto silent =
       t.receiver.sys->spawn([](caf::event_based_actor*) -> caf::behavior { return {[](packed<weight_manifest>&) {}}; });
   (*t.receiver.self)
-      ->request(t.remote_publisher, 5s, subscribe_atom::value, std::string{"silent"}, silent)
+      ->request(t.remote_publisher, 5s, subscribe_atom::value, std::string{"silent"}, silent, std::string{})
       .receive([](packed<weight_manifest>&, std::string& link) { CHECK(link == "caf"); },
                [](caf::error& e) { FAIL(describe(e)); });
   auto reports = t.publish(make_weights(1, 1000));  // answered, not held
@@ -300,7 +363,7 @@ TEST_CASE("a watcher hears each subscriber's report as it comes, while a silent 
   auto silent =
       t.receiver.sys->spawn([](caf::event_based_actor*) -> caf::behavior { return {[](packed<weight_manifest>&) {}}; });
   (*t.receiver.self)
-      ->request(t.remote_publisher, 5s, subscribe_atom::value, std::string{"silent"}, silent)
+      ->request(t.remote_publisher, 5s, subscribe_atom::value, std::string{"silent"}, silent, std::string{})
       .receive([](packed<weight_manifest>&, std::string&) {}, [](caf::error& e) { FAIL(describe(e)); });
   // Version 2 published with the sending side's scoped actor as the watcher; the reply (the settled
   // reports) goes to another actor, which records that it came.
@@ -348,7 +411,7 @@ TEST_CASE("in-process subscribers get the trainer's buffer itself and report at 
   test::actor_test_system s;
   auto publisher = spawn_weight_publisher(*s.sys, setup_for(weight_backend::gloo));
   (*s.self)
-      ->request(publisher, 5s, subscribe_atom::value, std::string{"local"}, caf::actor{*s.self})
+      ->request(publisher, 5s, subscribe_atom::value, std::string{"local"}, caf::actor{*s.self}, std::string{})
       .receive(
           [](packed<weight_manifest>& m, std::string& link) {
             CHECK(unpack(m)->version == -1);

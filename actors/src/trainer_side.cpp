@@ -51,7 +51,7 @@ trainer_side spawn_trainer_side(caf::actor_system& sys, const run_config& c, con
         .receive([](std::vector<weight_delivery>&) {}, failed);
     for (size_t i = 0; i < s.rollouts.size(); ++i)
       boot->request(side.publisher, ps.timeout, subscribe_atom::value, "rollout-" + std::to_string(i),
-                    caf::actor_cast<caf::actor>(s.rollouts[i]))
+                    caf::actor_cast<caf::actor>(s.rollouts[i]), std::string{})
           .receive([](packed<weight_manifest>&, std::string&) {}, failed);
   }
   if (s.evals && !s.evals->prompts.empty()) {

@@ -67,6 +67,48 @@ std::optional<weight_backend> parse_weight_backend(const std::string& name) {
   return std::nullopt;
 }
 
+std::string accepted_links(bool allow_bulk) {
+  std::string kinds;
+  if (allow_bulk && weight_backend_available(weight_backend::gloo))
+    kinds = "gloo";
+  if (allow_bulk && weight_backend_available(weight_backend::nccl))
+    kinds += kinds.empty() ? "nccl" : " nccl";
+  return kinds;
+}
+
+weight_backend offered_link(weight_backend configured, const std::string& accepted, bool nccl_here, bool gloo_here,
+                            std::string& why) {
+  auto takes = [&](weight_backend kind) {
+    std::istringstream words(accepted);
+    std::string word;
+    while (words >> word)
+      if (word == to_string(kind))
+        return true;
+    return false;
+  };
+  why.clear();
+  if (configured == weight_backend::nccl) {
+    if (nccl_here && takes(weight_backend::nccl))
+      return weight_backend::nccl;
+    why = nccl_here ? "it cannot take an NCCL link (its build has no NCCL, or its machine no GPU)"
+                    : "NCCL cannot run here (this build has no NCCL, or this machine no GPU)";
+    configured = weight_backend::gloo;
+    if (gloo_here && takes(weight_backend::gloo)) {
+      why += "; weights travel to it over Gloo";
+      return weight_backend::gloo;
+    }
+    why += "; ";
+  }
+  if (configured == weight_backend::gloo) {
+    if (gloo_here && takes(weight_backend::gloo))
+      return weight_backend::gloo;
+    why += gloo_here ? "it takes no Gloo link (its weight_transport is \"caf\", or its build has no Gloo)"
+                     : "no Gloo link here (this build has none, or its rendezvous could not start)";
+    why += "; weights travel to it as CAF messages";
+  }
+  return weight_backend::caf;
+}
+
 namespace {
 
 const char* bytes_of(const at::Tensor& t) {
@@ -262,6 +304,53 @@ bulk_sender_actor::behavior_type bulk_sender(bulk_sender_actor::pointer self,
   };
 }
 
+// The sending side of a new subscriber's bulk link of `kind` (Gloo or NCCL, offered_link's for what it
+// `accepted`), and what the subscriber is told to open (`link`, and the Gloo rendezvous' `secret`).
+// NCCL gives way as offered_link says where its communicator cannot be made here after all; where
+// Gloo's rendezvous cannot start, every subscriber gets CAF messages (`bulk_failed`). No sender (and
+// `link` left "caf") where the subscriber gets CAF messages.
+bulk_sender_actor open_bulk_sender(publisher_pointer self, const std::string& name, const std::string& accepted,
+                                   weight_backend kind, std::string& link, std::string& secret) {
+  auto& st = self->state;
+  try {
+    std::function<std::shared_ptr<bulk_link>()> open;
+    if (kind == weight_backend::nccl) {
+      try {
+        auto id = nccl_unique_id();
+        open = [id, gpu = gpu_of(st.setup.device), timeout = st.setup.timeout] {
+          return make_nccl_link(id, 0, gpu, timeout);
+        };
+        link = "nccl " + id;
+      } catch (const std::exception& e) {
+        // The weights are in host memory where NCCL cannot run: Gloo is the fast path for them.
+        std::string why;
+        kind = offered_link(weight_backend::nccl, accepted, false, gloo_available(), why);
+        spdlog::warn("weight publisher: subscriber {}: {}: {}", name, e.what(), why);
+        if (kind == weight_backend::caf)
+          return {};
+      }
+    }
+    if (kind == weight_backend::gloo) {
+      if (!st.rendezvous)
+        st.rendezvous = std::make_shared<gloo_rendezvous>(st.setup.host, st.setup.timeout);
+      auto prefix = "areal/" + name + "/" + std::to_string(++st.links);
+      open = [rendezvous = st.rendezvous, prefix, timeout = st.setup.timeout] {
+        return std::make_shared<gloo_link>(*rendezvous, prefix, timeout);
+      };
+      link = "gloo " + st.setup.host + ":" + std::to_string(st.rendezvous->port()) + " " + prefix;
+      secret = st.rendezvous->secret();
+    }
+    // Linked: it ends with the publisher (it ends itself normally on a link failure).
+    return self->spawn<caf::detached + caf::linked>(bulk_sender, open, st.setup.tamper, st.bytes);
+  } catch (const std::exception& e) {
+    st.bulk_failed = true;
+    link = "caf";
+    secret.clear();
+    spdlog::warn("weight publisher: {}; weights travel as CAF messages", e.what());
+    return {};
+  }
+}
+
 // A new version: announced to every subscriber; the promise is kept until they all report.
 caf::result<std::vector<weight_delivery>> publish(publisher_pointer self, local_weights& w) {
   auto& st = self->state;
@@ -329,8 +418,8 @@ weight_publisher_actor::behavior_type publisher_behavior(publisher_pointer self,
         return publish(self, w);
       },
       [self](publish_atom, int64_t version) { settle(self, version, true); },
-      [self](subscribe_atom, std::string& name,
-             caf::actor& handle) -> caf::result<packed<weight_manifest>, std::string> {
+      [self](subscribe_atom, std::string& name, caf::actor& handle,
+             std::string& accepted) -> caf::result<packed<weight_manifest>, std::string> {
         auto& st = self->state;
         if (!handle)
           return caf::make_error(caf::sec::invalid_argument, "subscribe: no actor");
@@ -347,40 +436,14 @@ weight_publisher_actor::behavior_type publisher_behavior(publisher_pointer self,
         self->monitor(handle);
         std::string link = entry.local ? "in-process" : "caf";
         std::string secret;  // appended to what the subscriber gets, never logged
-        if (!entry.local && st.setup.backend != weight_backend::caf && !st.bulk_failed) {
-          try {
-            std::function<std::shared_ptr<bulk_link>()> open;
-            bool gloo = st.setup.backend == weight_backend::gloo;
-            if (!gloo) {
-              try {
-                auto id = nccl_unique_id();  // throws in a build without NCCL, or on a node without a GPU
-                open = [id, gpu = gpu_of(st.setup.device), timeout = st.setup.timeout] {
-                  return make_nccl_link(id, 0, gpu, timeout);
-                };
-                link = "nccl " + id;
-              } catch (const std::exception& e) {
-                // No NCCL or no GPU here, so the weights are in host memory: Gloo is the fast path for them.
-                spdlog::warn("weight publisher: {}; weights travel over Gloo", e.what());
-                gloo = true;
-              }
-            }
-            if (gloo) {
-              if (!st.rendezvous)
-                st.rendezvous = std::make_shared<gloo_rendezvous>(st.setup.host, st.setup.timeout);
-              auto prefix = "areal/" + name + "/" + std::to_string(++st.links);
-              open = [rendezvous = st.rendezvous, prefix, timeout = st.setup.timeout] {
-                return std::make_shared<gloo_link>(*rendezvous, prefix, timeout);
-              };
-              link = "gloo " + st.setup.host + ":" + std::to_string(st.rendezvous->port()) + " " + prefix;
-              secret = st.rendezvous->secret();
-            }
-            // Linked: it ends with the publisher (it ends itself normally on a link failure).
-            entry.bulk_sender = self->spawn<caf::detached + caf::linked>(bulk_sender, open, st.setup.tamper, st.bytes);
-          } catch (const std::exception& e) {
-            st.bulk_failed = true;
-            link = "caf";
-            spdlog::warn("weight publisher: {}; weights travel as CAF messages", e.what());
-          }
+        if (!entry.local) {
+          std::string why;
+          auto kind = offered_link(st.bulk_failed ? weight_backend::caf : st.setup.backend, accepted, nccl_available(),
+                                   gloo_available(), why);
+          if (!why.empty())
+            spdlog::warn("weight publisher: subscriber {}: {}", name, why);
+          if (kind != weight_backend::caf)
+            entry.bulk_sender = open_bulk_sender(self, name, accepted, kind, link, secret);
         }
         st.subscribers[name] = entry;
         spdlog::info("weight publisher: subscriber {} joined ({})", name, link);

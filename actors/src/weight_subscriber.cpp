@@ -239,7 +239,8 @@ weight_subscriber_actor::behavior_type subscriber_behavior(subscriber_pointer se
     spdlog::info("weights: the publisher is gone ({}); no more updates", describe(down.reason));
     self->quit(caf::exit_reason::normal);
   });
-  self->request(st.publisher, st.setup.timeout, subscribe_atom::value, st.setup.node, caf::actor_cast<caf::actor>(self))
+  self->request(st.publisher, st.setup.timeout, subscribe_atom::value, st.setup.node, caf::actor_cast<caf::actor>(self),
+                accepted_links(st.setup.allow_bulk))
       .then(
           [self](packed<weight_manifest>& newest, std::string& link) {
             auto& s = self->state;

@@ -269,10 +269,12 @@ using weight_publisher_actor = caf::typed_actor<
     caf::replies_to<publish_atom, local_weights, caf::actor>::with<std::vector<weight_delivery>>,
     // The deadline of a version's reports (the publisher sends it to itself).
     caf::reacts_to<publish_atom, int64_t>,
-    // A subscriber joins (node name, actor). The reply is the newest manifest
-    // (version -1 when nothing was published yet) and the bulk link offered to
-    // it ("caf", or "gloo HOST:PORT PREFIX"); every later version is announced.
-    caf::replies_to<subscribe_atom, std::string, caf::actor>::with<packed<weight_manifest>, std::string>,
+    // A subscriber joins (node name, actor, the bulk link kinds it can take:
+    // "gloo nccl", "gloo", "" for CAF messages only). The reply is the newest
+    // manifest (version -1 when nothing was published yet) and the bulk link
+    // offered to it ("in-process", "caf", "gloo HOST:PORT PREFIX SECRET" or
+    // "nccl ID"; one it can take); every later version is announced.
+    caf::replies_to<subscribe_atom, std::string, caf::actor, std::string>::with<packed<weight_manifest>, std::string>,
     // One chunk of a version still held (the newest two) and the XXH3-64 of its
     // bytes at the sender: the CAF path, and the repair path of every backend.
     // A version no longer held: weight_errc::gone.

@@ -35,6 +35,18 @@ std::optional<weight_backend> parse_weight_backend(const std::string& name);
 /// Whether this build and machine can use the backend (nccl: built with NCCL and a GPU present; gloo:
 /// built where Gloo's headers were found).
 bool weight_backend_available(weight_backend x);
+/// The bulk link kinds this process can take as a subscriber, space-separated ("gloo nccl", "gloo",
+/// ""): told to the publisher when it subscribes. Empty where `allow_bulk` is false (CAF messages only).
+std::string accepted_links(bool allow_bulk);
+
+/// The bulk link a publisher configured with `configured` offers a subscriber that takes `accepted`
+/// (accepted_links'): the configured one where both sides can run it. NCCL gives way to Gloo where
+/// either side cannot run it (the weights then travel from host memory), Gloo to CAF messages.
+/// `nccl_here` / `gloo_here`: whether the publisher's side can run them. `why`: empty when the
+/// configured link is offered, else the reasons and what is offered instead, for the log.
+weight_backend offered_link(weight_backend configured, const std::string& accepted, bool nccl_here, bool gloo_here,
+                            std::string& why);
+
 /// The build of the chunk checksum that runs on this CPU ("XXH3-64 (AVX2)", ...), for machine facts.
 const char* chunk_checksum_kind();
 
