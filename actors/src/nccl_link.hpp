@@ -18,7 +18,7 @@
 namespace areal {
 
 /// The GPU a device name gives the NCCL link ("cuda:1": 1; "cuda", or not a GPU: 0).
-/// (weight_publisher.cpp, beside the backend names both sides share.)
+/// (weight_backends.cpp, beside the backend names both sides share.)
 int gpu_of(const std::string& device);
 
 /// True when this build has NCCL and the process sees a GPU.
