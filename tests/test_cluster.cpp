@@ -1,6 +1,7 @@
 // The RL run across processes, as users start it: configs/four_nodes.toml made
 // CI-sized (the workload of test_pipeline's single-node run, same seeds) on
-// loopback ports, over mutual TLS. Four processes learn; a rollout node killed with SIGKILL
+// loopback ports, over mutual TLS. Four processes learn (one rollout node takes its weights over Gloo,
+// the other as CAF messages); a rollout node killed with SIGKILL
 // mid-run loses no sample, and started again it rejoins with the current
 // weights and produces trained trajectories. Every wait is bounded.
 #include <doctest/doctest.h>
@@ -20,9 +21,17 @@ using namespace std::chrono_literals;
 
 TEST_CASE("four processes run the RL job and it learns as on one node") {
   cluster c{"four", 40};
-  auto procs = c.start_all();
+  // gen-b fetches its weights as CAF messages (its own weight_transport) while the head offers Gloo.
+  std::vector<std::unique_ptr<node_process>> procs;
+  for (auto& n : nodes)
+    procs.push_back(c.start(n, n,
+                            n == "gen-b" ? std::vector<std::string>{"--set", "cluster.weight_transport=\"caf\""}
+                                         : std::vector<std::string>{}));
   auto& head = *procs[0];
   REQUIRE_MESSAGE(head.wait_exit(150s) == 0, head.log());
+  // The head's weight publisher opened no Gloo link for gen-b that nobody joins (its sender waited out the
+  // transfer deadline and held up the head's shutdown past its 4 s watchdog, before).
+  CHECK_MESSAGE(head.log().find("shutdown did not finish") == std::string::npos, head.log());
   for (size_t i = 1; i < procs.size(); ++i) {
     CHECK_MESSAGE(procs[i]->wait_exit(15s) == 0, procs[i]->log());
     // Each node's members end with it (not at the exit watchdog, 4 s later); a rollout node's worker
@@ -35,9 +44,11 @@ TEST_CASE("four processes run the RL job and it learns as on one node") {
   CHECK(head.log().find("a rollout worker joined from node gen-a") != std::string::npos);
   CHECK(head.log().find("a rollout worker joined from node gen-b") != std::string::npos);
   // Gloo where the build has it (actors/CMakeLists.txt, AREAL_GLOO), else CAF messages with the reason.
-  if (AREAL_GLOO_LINK)
+  CHECK(procs[3]->log().find("weights: subscribed (CAF messages)") != std::string::npos);
+  if (AREAL_GLOO_LINK) {
     CHECK(procs[2]->log().find("weights: subscribed (gloo link)") != std::string::npos);
-  else
+    CHECK(head.log().find("subscriber gen-b: it takes no Gloo link") != std::string::npos);
+  } else
     CHECK(head.log().find("this build has no Gloo link") != std::string::npos);
   CHECK(head.log().find("(mutual TLS)") != std::string::npos);
   // Peers leaving as the run ends are no loss (a warning each, before).

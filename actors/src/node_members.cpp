@@ -134,8 +134,15 @@ node_members_actor spawn_node_members(caf::actor_system& sys, const run_config& 
         self->quit(msg.reason);
         return;
       }
-      spdlog::warn("weights: the subscription ended ({}); subscribing again to the next publisher",
-                   describe(msg.reason));
+      // Without an error it ended with its publisher (the subscriber logged why): at the end of every run
+      // as well, where nothing is wrong, so only a failure is a warning.
+      if (msg.reason)
+        spdlog::warn("weights: the subscription failed ({}); subscribing again to the next publisher",
+                     describe(msg.reason));
+      else
+        spdlog::info(
+            "weights: the subscription ended with its publisher; subscribing to the next one while the "
+            "run lasts");
       s.lost_publisher = s.publisher;
       s.subscriber = caf::actor{};
       self->delayed_send(self, retry_backoff(s.publisher_attempts++), publisher_atom::value);
