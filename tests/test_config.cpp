@@ -228,6 +228,11 @@ TEST_CASE("bad --set values are reported against the command line") {
   CHECK(contains(only_error(two_nodes, {"cluster.typo=1"}), "--set cluster.typo=1: cluster.typo: unknown key"));
   CHECK(contains(only_error(two_nodes, {"novalue"}), "--set novalue: expected KEY=VALUE"));
   CHECK(contains(only_error(two_nodes, {"run.name.x=1"}), "'name' is a string, not a table"));
+  // An array's entry too, not a position in the file (the value's own text is not the file's).
+  CHECK(contains(only_error(two_nodes, {"nodes.head.devices=[\"cpu\", \"gpu\"]"}),
+                 "--set nodes.head.devices=[\"cpu\", \"gpu\"]: nodes[0].devices: \"gpu\" is no device"));
+  CHECK(contains(only_error(two_nodes, {"nodes.head.devices=[\"cpu\", \"cpu\"]"}),
+                 "--set nodes.head.devices=[\"cpu\", \"cpu\"]: nodes[0].devices: \"cpu\" is listed twice"));
 }
 
 TEST_CASE("a node's devices are spelled as LibTorch names them, of one kind, each once, and every one used") {

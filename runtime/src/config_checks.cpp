@@ -88,6 +88,18 @@ bool valid_device_name(const std::string& d) {
   return d == "cpu" || d == "cuda" || (d.rfind("cuda:", 0) == 0 && all_digits(d.substr(5)));
 }
 
+// Every node of a --set value is reported against the command line, an array's entries and a
+// table's values too (their source positions are in the value's own text, not the file's).
+void mark_origin(toml::node& n, const std::string& origin, context& ctx) {
+  ctx.origins[&n] = origin;
+  if (auto* arr = n.as_array())
+    for (auto& e : *arr)
+      mark_origin(e, origin, ctx);
+  else if (auto* t = n.as_table())
+    for (auto&& [key, value] : *t)
+      mark_origin(value, origin, ctx);
+}
+
 }  // namespace
 
 void apply_override(toml::table& root, const std::string& text, context& ctx) {
@@ -155,7 +167,7 @@ void apply_override(toml::table& root, const std::string& text, context& ctx) {
     return;
   }
   table->insert_or_assign(steps.back(), std::move(*parsed.get("v")));
-  ctx.origins[table->get(steps.back())] = origin;
+  mark_origin(*table->get(steps.back()), origin, ctx);
 }
 
 // -- checking one table against its fields ------------------------------------
