@@ -25,12 +25,14 @@ struct context {
 std::string type_name(const toml::node& n);
 std::string format_number(double x);
 std::string list(const std::vector<std::string>& xs);
+/// Whether `s` is one or more decimal digits.
+bool all_digits(const std::string& s);
 
 /// Applies one --set KEY=VALUE to the document.
 void apply_override(toml::table& root, const std::string& text, context& ctx);
 /// Checks a table against its section's settings and fills in the defaults.
 void check_table(toml::table& table, const settings::section& section, const std::string& prefix, context& ctx);
-/// The rules that span keys (topology, batch and group, what this build supports).
+/// The rules that span keys (topology, batch and group, what this build supports): config_rules.cpp.
 void check_rules(toml::table& root, context& ctx);
 
 }  // namespace areal::config_checks
