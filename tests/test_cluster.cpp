@@ -133,6 +133,10 @@ TEST_CASE("a rollout node killed mid-run loses no sample and rejoins with the cu
   // the end: with faster generation 40 steps were sometimes over before its samples were trained, and
   // 100 steps failed once on a CI machine (which check the CI output did not show).
   cluster c{"sigkill-rollout", 200};
+  // Four sequences at a time make generation the slower side, so a kill finds samples in flight on the
+  // first try (with 32 slots the trainer was slower, a kill often found the node waiting for work, and
+  // the run could end during the tries: a CI run failed so, its last restart finding no controller).
+  c.settings.push_back("rl.rollout_slots=4");
   auto procs = c.start_all();
   auto& head = *procs[0];
   // gen-b holds samples only once its workers joined (after the warm start and its first weights).
