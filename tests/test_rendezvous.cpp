@@ -84,6 +84,30 @@ TEST_CASE("the rendezvous store serves the peers that hold the run's secret") {
   CHECK(server.refused() == 0);
 }
 
+TEST_CASE("a wait on an abandoned link's keys ends at once and the other links' keys are served") {
+  store_server server{"127.0.0.1", secret};
+  store_client waiting{"127.0.0.1", server.port(), secret, 5s};
+  store_client other{"127.0.0.1", server.port(), secret, 5s};
+  // The sending side of link 1 waits for its receiver's key; the receiver is gone and the publisher abandons it.
+  std::string error;
+  std::thread sender{[&] {
+    try {
+      waiting.get("areal/node/1/rank_1", 60s);
+    } catch (const store_error& e) {
+      error = e.what();
+    }
+  }};
+  std::this_thread::sleep_for(100ms);
+  server.abandon("areal/node/1/");
+  sender.join();  // at once: not after the 60 s the wait asked for
+  CHECK(error ==
+        "rendezvous store: the wait for \"areal/node/1/rank_1\" was abandoned (the peer it waited for is gone)");
+  // Later waits on it end too; link 10 of the same node (a prefix of its keys is not the abandoned one) is served.
+  CHECK_THROWS_WITH_AS(other.wait({"areal/node/1/x"}, 60s), doctest::Contains("was abandoned"), store_error);
+  check_served(other, "areal/node/10/rank_1");
+  check_served(other, "areal/node/2/rank_1");
+}
+
 TEST_CASE("foreign processes at the rendezvous store are refused while the run's peers go on") {
   store_server server{"127.0.0.1", secret, 500ms};
   store_client peer{"127.0.0.1", server.port(), secret, 5s};

@@ -117,6 +117,10 @@ uint64_t gloo_rendezvous::refused() const {
   return impl_->server->refused();
 }
 
+void gloo_rendezvous::abandon(const std::string& prefix) {
+  impl_->server->abandon(prefix.empty() ? prefix : prefix + "/");  // c10d's PrefixStore: PREFIX/KEY
+}
+
 gloo_link::gloo_link(gloo_rendezvous& rendezvous, const std::string& prefix, std::chrono::milliseconds timeout)
     : impl_(std::make_unique<impl>()) {
   impl_->timeout = timeout;

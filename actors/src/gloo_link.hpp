@@ -40,6 +40,9 @@ class gloo_rendezvous {
   const std::string& secret() const;
   /// Connections refused for not proving the secret.
   uint64_t refused() const;
+  /// The sending side of the link with `prefix` (every link's: "") stops waiting for its receiving side
+  /// (its constructor throws at once): for a receiver that is gone or will never come.
+  void abandon(const std::string& prefix);
 
   struct impl;
 

@@ -21,6 +21,7 @@
 #include <list>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "areal/runtime/log.hpp"
@@ -43,7 +44,7 @@ constexpr uint32_t max_keys = 64;
 constexpr size_t max_connections = 64;
 
 enum op : uint8_t { op_set = 1, op_get, op_add, op_erase, op_check, op_wait, op_size };
-enum status : uint8_t { status_ok = 0, status_timeout, status_bad_request };
+enum status : uint8_t { status_ok = 0, status_timeout, status_bad_request, status_abandoned };
 
 bytes random_bytes(size_t n) {
   bytes out(n);
@@ -190,6 +191,7 @@ struct store_server::state {
   std::mutex mutex;  // guards everything below
   std::condition_variable changed;
   std::map<std::string, bytes> values;
+  std::set<std::string> abandoned;  // key prefixes whose waits fail at once (abandon)
   std::list<int> connections;  // open descriptors, shut down when stopping
   struct worker {
     std::thread thread;
@@ -228,8 +230,14 @@ bool store_server::state::answer(int fd, uint8_t op, uint32_t timeout_ms, const 
   {
     std::unique_lock<std::mutex> lock{mutex};
     auto deadline = clock_type::now() + std::chrono::milliseconds(timeout_ms);
+    auto given_up = [&] {
+      return std::any_of(keys.begin(), keys.end(), [&](auto& k) {
+        return std::any_of(abandoned.begin(), abandoned.end(), [&](auto& p) { return k.rfind(p, 0) == 0; });
+      });
+    };
     auto all_present = [&] {
-      return stopping || std::all_of(keys.begin(), keys.end(), [&](auto& k) { return values.count(k) > 0; });
+      return stopping || given_up() ||
+             std::all_of(keys.begin(), keys.end(), [&](auto& k) { return values.count(k) > 0; });
     };
     switch (op) {
       case op_set:
@@ -240,6 +248,8 @@ bool store_server::state::answer(int fd, uint8_t op, uint32_t timeout_ms, const 
       case op_wait:
         if (!changed.wait_until(lock, deadline, all_present) || stopping)
           result = status_timeout;
+        else if (given_up())
+          result = status_abandoned;
         else if (op == op_get)
           out = values[keys[0]];
         break;
@@ -383,6 +393,12 @@ store_server::store_server(const std::string& host, std::string secret, std::chr
   state_->acceptor = std::thread([s = state_.get()] { s->accept_loop(); });
 }
 
+void store_server::abandon(const std::string& prefix) {
+  std::lock_guard<std::mutex> lock{state_->mutex};
+  state_->abandoned.insert(prefix);
+  state_->changed.notify_all();
+}
+
 store_server::~store_server() {
   auto& s = *state_;
   {
@@ -484,6 +500,9 @@ bytes store_client::call(uint8_t op, const std::vector<std::string>& keys, const
   bytes out;
   if (!read_exact(fd_, &result, 1, deadline) || !get_blob(fd_, out, max_value_bytes, deadline))
     throw store_error("rendezvous store: no answer (the connection is lost or the server is stuck)");
+  if (result == status_abandoned)
+    throw store_error("rendezvous store: the wait for " + (keys.empty() ? std::string{"keys"} : "\"" + keys[0] + "\"") +
+                      " was abandoned (the peer it waited for is gone)");
   if (result == status_timeout)
     throw store_error("rendezvous store: timed out after " + std::to_string(timeout.count()) + " ms waiting for " +
                       (keys.empty() ? std::string{"keys"} : "\"" + keys[0] + "\""));

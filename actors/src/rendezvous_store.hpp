@@ -45,6 +45,10 @@ class store_server {
   uint64_t refused() const;
   /// Connections that proved the secret.
   uint64_t admitted() const;
+  /// Every wait (get, wait) on a key that starts with `prefix`, now or later, fails at once
+  /// (store_error, "... was abandoned ..."): a link's side that waits for a peer that is gone stops
+  /// waiting.
+  void abandon(const std::string& prefix);
 
   struct state;
 

@@ -101,6 +101,7 @@ struct subscriber_entry {
   caf::actor handle;
   bool local = false;
   bulk_sender_actor bulk_sender;  // the sending side of its bulk link (Gloo, NCCL), when it has one
+  std::string gloo_prefix;        // its Gloo link's keys at the rendezvous, when it has one
 };
 
 struct pending_publish {
@@ -222,8 +223,8 @@ bulk_sender_actor::behavior_type bulk_sender(bulk_sender_actor::pointer self,
 // NCCL gives way as offered_link says where its communicator cannot be made here after all; where
 // Gloo's rendezvous cannot start, every subscriber gets CAF messages (`bulk_failed`). No sender (and
 // `link` left "caf") where the subscriber gets CAF messages.
-bulk_sender_actor open_bulk_sender(publisher_pointer self, const std::string& name, const std::string& accepted,
-                                   weight_backend kind, std::string& link, std::string& secret) {
+void open_bulk_sender(publisher_pointer self, const std::string& name, const std::string& accepted, weight_backend kind,
+                      subscriber_entry& entry, std::string& link, std::string& secret) {
   auto& st = self->state;
   try {
     std::function<std::shared_ptr<bulk_link>()> open;
@@ -240,13 +241,21 @@ bulk_sender_actor open_bulk_sender(publisher_pointer self, const std::string& na
         kind = offered_link(weight_backend::nccl, accepted, false, gloo_available(), why);
         spdlog::warn("weight publisher: subscriber {}: {}: {}", name, e.what(), why);
         if (kind == weight_backend::caf)
-          return {};
+          return;
       }
     }
     if (kind == weight_backend::gloo) {
-      if (!st.rendezvous)
+      if (!st.rendezvous) {
         st.rendezvous = std::make_shared<gloo_rendezvous>(st.setup.host, st.setup.timeout);
+        // A sender still waiting for its receiver when the publisher ends stops waiting (it would hold
+        // the node's shutdown until its deadline).
+        self->attach_functor([rendezvous = std::weak_ptr<gloo_rendezvous>(st.rendezvous)] {
+          if (auto r = rendezvous.lock())
+            r->abandon("");
+        });
+      }
       auto prefix = "areal/" + name + "/" + std::to_string(++st.links);
+      entry.gloo_prefix = prefix;
       open = [rendezvous = st.rendezvous, prefix, timeout = st.setup.timeout] {
         return std::make_shared<gloo_link>(*rendezvous, prefix, timeout);
       };
@@ -254,14 +263,24 @@ bulk_sender_actor open_bulk_sender(publisher_pointer self, const std::string& na
       secret = st.rendezvous->secret();
     }
     // Linked: it ends with the publisher (it ends itself normally on a link failure).
-    return self->spawn<caf::detached + caf::linked>(bulk_sender, open, st.setup.tamper, st.bytes);
+    entry.bulk_sender = self->spawn<caf::detached + caf::linked>(bulk_sender, open, st.setup.tamper, st.bytes);
   } catch (const std::exception& e) {
     st.bulk_failed = true;
     link = "caf";
     secret.clear();
+    entry.gloo_prefix.clear();
     spdlog::warn("weight publisher: {}; weights travel as CAF messages", e.what());
-    return {};
   }
+}
+
+// A subscriber gone (or replaced by a new incarnation): its sender ends, and stops waiting at the
+// rendezvous for a receiver that will not come (a detached thread blocked there would not see the exit).
+void end_bulk_sender(publisher_pointer self, const subscriber_entry& entry) {
+  if (!entry.bulk_sender)
+    return;
+  self->send_exit(entry.bulk_sender, caf::exit_reason::user_shutdown);
+  if (!entry.gloo_prefix.empty() && self->state.rendezvous)
+    self->state.rendezvous->abandon(entry.gloo_prefix);
 }
 
 // A new version: announced to every subscriber; the promise is kept until they all report.
@@ -312,8 +331,7 @@ weight_publisher_actor::behavior_type publisher_behavior(publisher_pointer self,
       if (it->second.handle.address() != down.source)
         continue;
       auto name = it->first;
-      if (it->second.bulk_sender)
-        self->send_exit(it->second.bulk_sender, caf::exit_reason::user_shutdown);
+      end_bulk_sender(self, it->second);
       st.subscribers.erase(it);
       spdlog::info("weight publisher: subscriber {} left ({})", name, describe(down.reason));
       weight_delivery lost;
@@ -339,8 +357,7 @@ weight_publisher_actor::behavior_type publisher_behavior(publisher_pointer self,
         if (auto old = st.subscribers.find(name); old != st.subscribers.end()) {
           // A restarted node under the same name: its old incarnation is gone.
           self->demonitor(old->second.handle);
-          if (old->second.bulk_sender)
-            self->send_exit(old->second.bulk_sender, caf::exit_reason::user_shutdown);
+          end_bulk_sender(self, old->second);
           st.subscribers.erase(old);
         }
         subscriber_entry entry;
@@ -356,7 +373,7 @@ weight_publisher_actor::behavior_type publisher_behavior(publisher_pointer self,
           if (!why.empty())
             spdlog::warn("weight publisher: subscriber {}: {}", name, why);
           if (kind != weight_backend::caf)
-            entry.bulk_sender = open_bulk_sender(self, name, accepted, kind, link, secret);
+            open_bulk_sender(self, name, accepted, kind, entry, link, secret);
         }
         st.subscribers[name] = entry;
         spdlog::info("weight publisher: subscriber {} joined ({})", name, link);
