@@ -500,12 +500,13 @@ bytes store_client::call(uint8_t op, const std::vector<std::string>& keys, const
   bytes out;
   if (!read_exact(fd_, &result, 1, deadline) || !get_blob(fd_, out, max_value_bytes, deadline))
     throw store_error("rendezvous store: no answer (the connection is lost or the server is stuck)");
+  auto waited_for = keys.empty() ? std::string{"keys"} : "\"" + keys[0] + "\"";
   if (result == status_abandoned)
-    throw store_error("rendezvous store: the wait for " + (keys.empty() ? std::string{"keys"} : "\"" + keys[0] + "\"") +
+    throw store_error("rendezvous store: the wait for " + waited_for +
                       " was abandoned (the peer it waited for is gone)");
   if (result == status_timeout)
     throw store_error("rendezvous store: timed out after " + std::to_string(timeout.count()) + " ms waiting for " +
-                      (keys.empty() ? std::string{"keys"} : "\"" + keys[0] + "\""));
+                      waited_for);
   if (result != status_ok)
     throw store_error("rendezvous store: the server refused the request");
   return out;

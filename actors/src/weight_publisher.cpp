@@ -268,7 +268,6 @@ void open_bulk_sender(publisher_pointer self, const std::string& name, const std
     st.bulk_failed = true;
     link = "caf";
     secret.clear();
-    entry.gloo_prefix.clear();
     spdlog::warn("weight publisher: {}; weights travel as CAF messages", e.what());
   }
 }
